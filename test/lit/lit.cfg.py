@@ -1,0 +1,27 @@
+"""lit configuration: every .tile / .mlir file under test/lit is a test.
+
+Tools come from the Python environment running lit (``tilec``, ``tilec-opt``, ``filecheck``).
+Substitutions: %examples is the shared examples directory, %S/%s as usual.
+"""
+import os
+import sys
+from pathlib import Path
+
+import lit.formats
+
+config.name = "tilec"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".tile", ".mlir"]
+config.excludes = ["inputs", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+
+repo = Path(__file__).resolve().parents[2]
+bindir = os.path.dirname(sys.executable)
+config.environment["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+config.environment["PYTHONUNBUFFERED"] = "1"
+for var in ("HOME", "TMPDIR", "TILEC_CACHE_DIR"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.substitutions.append(("%examples", str(repo.parent / "shared" / "examples")))
+config.substitutions.append(("FileCheck", "filecheck"))

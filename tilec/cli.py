@@ -1,0 +1,131 @@
+"""Command lines: ``tilec`` (compile) and ``tilec-opt`` (run passes on tile IR text).
+
+Every user mistake ends as a diagnostic on stderr and exit status 1; an internal failure says
+so (exit 2) instead of showing a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Callable, Sequence
+
+from .diagnostics import TilecError, default_sink, register_source
+from .driver import ALL_STAGES, TARGETS, CompileOptions, compile_text, read_source, write_atomic
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as tilec diagnostics (exit 1)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise TilecError(f"{message} (see '{self.prog} --help')")
+
+
+def _define(text: str) -> tuple[str, int]:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+)", text)
+    if not m:
+        raise TilecError(f"-D expects NAME=VALUE with a non-negative integer VALUE, got '{text}'")
+    return m.group(1), int(m.group(2))
+
+
+def _template(text: str) -> tuple[str, list[int]]:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+(?:,\d+)*)", text)
+    if not m:
+        raise TilecError(f"--template expects NAME=v1,v2,... with positive integers, got '{text}'")
+    values = [int(v) for v in m.group(2).split(",")]
+    if len(set(values)) != len(values) or 0 in values:
+        raise TilecError(f"--template values must be distinct positive integers: '{text}'")
+    return m.group(1), values
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.")
+    p.add_argument("file", help="the .tile source")
+    p.add_argument("-o", dest="output", help="output path (written atomically); stdout if absent")
+    p.add_argument("--emit", default="so", choices=ALL_STAGES, metavar="STAGE",
+                   help="stage to produce: " + " ".join(ALL_STAGES) + " (default: so)")
+    p.add_argument("--target", default="cpu", choices=TARGETS)
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
+                   help="fix shape symbol SYM to V")
+    p.add_argument("--template", dest="templates", action="append", default=[],
+                   metavar="SYM=v1,v2", help="specialise for these values of SYM")
+    p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true",
+                   help="print source locations on every op")
+    return p
+
+
+def _guarded(body: Callable[[], int]) -> int:
+    try:
+        return body()
+    except TilecError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except RecursionError:
+        print("tilec: error: input nested too deeply", file=sys.stderr)
+        return 1
+    except Exception as e:  # an internal bug: say so plainly, without a traceback
+        print(f"tilec: internal error: {type(e).__name__}: {e}\n"
+              "please report this with the input that caused it", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def run() -> int:
+        args = _compile_parser().parse_args(argv)
+        options = CompileOptions(
+            emit=args.emit, target=args.target,
+            defines=dict(_define(d) for d in args.defines),
+            templates=dict(_template(t) for t in args.templates),
+            debug_info=args.debug_info)
+        text = read_source(args.file)
+        out = compile_text(text, args.file, options, default_sink())
+        if args.output:
+            write_atomic(args.output, out)
+        else:
+            sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        return 0
+
+    return _guarded(run)
+
+
+def opt_main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def run() -> int:
+        from . import passes  # noqa: F401  (registers the tilec passes)
+        from .dialect import make_context
+        from .mlir import ir
+        from .pipeline import parse_pipeline, run_pipeline
+
+        p = _Parser(prog="tilec-opt", description="Run passes on tile IR and print the result.")
+        p.add_argument("file", help="tile IR (.mlir), or - for stdin")
+        p.add_argument("-p", "--passes", default="", help="PASS[,PASS...]")
+        p.add_argument("-o", dest="output")
+        p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true")
+        args = p.parse_args(argv)
+        name = "<stdin>" if args.file == "-" else args.file
+        text = sys.stdin.read() if args.file == "-" else read_source(args.file)
+        register_source(name, text)
+        with make_context():
+            try:
+                module = ir.Module.parse(text)
+            except ir.MLIRError as e:
+                raise TilecError(f"{name}: cannot parse IR: {e}") from None
+            steps = parse_pipeline(args.passes) if args.passes else []
+            run_pipeline(module, steps)
+            out = module.operation.get_asm(enable_debug_info=args.debug_info)
+        if args.output:
+            write_atomic(args.output, out)
+        else:
+            sys.stdout.write(out)
+        return 0
+
+    return _guarded(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The ``tile`` dialect: tensor-level operations with value semantics.
+
+Every op works on tile tensors (see ``types.py``).  The contract below is what the reference
+interpreter implements and what every backend must agree with.
+
+Conventions shared by all ops:
+- Element-wise ops take operands of equal shape, or of rank 0 (a scalar broadcasts); any other
+  broadcast is an explicit ``tile.broadcast``.  Operands share one element type.
+- Axes (``tile.reduce``, ``tile.concat``, ``tile.softmax``) are negative: counted from the last
+  dimension, so they mean the same thing for a rank-generic tensor, whose leading ``...``
+  dimensions are never touched by an axis.
+- Dimension attributes are strings in the :mod:`tilec.dims` syntax (``"2*hidden"``).
+- Reductions, matmul and the arithmetic of float16/bfloat16 may be computed in float32 by a
+  kernel; the reference computes everything in float64 and rounds at ``tile.cast`` and at the
+  function's return (the numerical contract of language.md).
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..mlir import Dialect, Operand, Result, ext, ir, result
+
+
+class Tile(Dialect, name="tile"):
+    """Tensor-level operations of tilec."""
+
+
+Tensor = ir.RankedTensorType
+
+# ---------------------------------------------------------------------------------------------
+# Leaves
+
+
+class ConstantOp(Tile.Operation, name="constant", traits=[ext.Pure]):
+    """A rank-0 tensor holding ``value`` (an f64 FloatAttr or an i64 IntegerAttr)."""
+
+    value: Any
+    res: Result[Tensor] = result()
+
+
+class CheckOp(Tile.Operation, name="check"):
+    """A run-time condition on shape symbols: ``lhs REL rhs`` with ``rel`` in ``le``/``eq``.
+
+    The front end emits it where a slice bound or a reshape's element count cannot be decided
+    at compile time; ``message`` is what the user sees, at this op's location, if it fails.
+    """
+
+    lhs: ir.StringAttr
+    rel: ir.StringAttr
+    rhs: ir.StringAttr
+    message: ir.StringAttr
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise
+
+UNARY_OPS = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid", "tanh",
+             "relu", "silu", "gelu", "gelu_tanh", "sin", "cos")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
+COMPARE_PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _unary(name: str) -> type:
+    class Op(Tile.Operation, name=name, traits=[ext.Pure]):
+        x: Operand[Tensor]
+        res: Result[Tensor] = result()
+
+    Op.__name__ = Op.__qualname__ = "".join(p.title() for p in name.split("_")) + "Op"
+    Op.__doc__ = f"Element-wise ``{name}``."
+    return Op
+
+
+def _binary(name: str) -> type:
+    class Op(Tile.Operation, name=name, traits=[ext.Pure]):
+        lhs: Operand[Tensor]
+        rhs: Operand[Tensor]
+        res: Result[Tensor] = result()
+
+    Op.__name__ = Op.__qualname__ = name.title() + "Op"
+    Op.__doc__ = f"Element-wise ``{name}``."
+    return Op
+
+
+UNARY: dict[str, type] = {n: _unary(n) for n in UNARY_OPS}
+BINARY: dict[str, type] = {n: _binary(n) for n in BINARY_OPS}
+
+
+class CmpOp(Tile.Operation, name="cmp", traits=[ext.Pure]):
+    """Element-wise comparison ``lhs PREDICATE rhs`` giving an i1 mask."""
+
+    lhs: Operand[Tensor]
+    rhs: Operand[Tensor]
+    predicate: ir.StringAttr
+    res: Result[Tensor] = result()
+
+
+class SelectOp(Tile.Operation, name="select", traits=[ext.Pure]):
+    """``where(cond, a, b)``: element-wise choice by an i1 mask."""
+
+    cond: Operand[Tensor]
+    lhs: Operand[Tensor]
+    rhs: Operand[Tensor]
+    res: Result[Tensor] = result()
+
+
+class CastOp(Tile.Operation, name="cast", traits=[ext.Pure]):
+    """Conversion to the result's element type (round to nearest even; float -> int32
+    truncates toward zero)."""
+
+    x: Operand[Tensor]
+    res: Result[Tensor] = result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+
+
+class BroadcastOp(Tile.Operation, name="broadcast", traits=[ext.Pure]):
+    """NumPy broadcast of ``x`` to the result's shape (trailing dimensions aligned)."""
+
+    x: Operand[Tensor]
+    res: Result[Tensor] = result()
+
+
+class SliceOp(Tile.Operation, name="slice", traits=[ext.Pure]):
+    """``x[starts[i]:ends[i]]`` on each dimension after the ``...`` group (unit stride)."""
+
+    x: Operand[Tensor]
+    starts: ir.ArrayAttr
+    ends: ir.ArrayAttr
+    res: Result[Tensor] = result()
+
+
+class ConcatOp(Tile.Operation, name="concat", traits=[ext.Pure]):
+    """Concatenation of ``inputs`` along ``axis`` (negative)."""
+
+    inputs: Sequence[Operand[Tensor]]
+    axis: ir.IntegerAttr
+    res: Result[Tensor] = result()
+
+
+class ReshapeOp(Tile.Operation, name="reshape", traits=[ext.Pure]):
+    """Row-major reshape to the result's shape (equal element counts)."""
+
+    x: Operand[Tensor]
+    res: Result[Tensor] = result()
+
+
+class TransposeOp(Tile.Operation, name="transpose", traits=[ext.Pure]):
+    """``numpy.transpose(x, perm)``."""
+
+    x: Operand[Tensor]
+    perm: Any  # DenseI64ArrayAttr (no IRDL name in the bindings)
+    res: Result[Tensor] = result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions and contractions
+
+REDUCE_KINDS = ("sum", "mean", "max", "min", "var")
+
+
+class ReduceOp(Tile.Operation, name="reduce", traits=[ext.Pure]):
+    """Reduction ``kind`` over ``axes`` (negative, sorted); ``var`` is the population
+    variance; ``keepdims`` keeps reduced dimensions as 1."""
+
+    x: Operand[Tensor]
+    kind: ir.StringAttr
+    axes: Any  # DenseI64ArrayAttr
+    keepdims: Any  # BoolAttr
+    res: Result[Tensor] = result()
+
+
+class SoftmaxOp(Tile.Operation, name="softmax", traits=[ext.Pure]):
+    """Numerically stable softmax along ``axis`` (negative)."""
+
+    x: Operand[Tensor]
+    axis: ir.IntegerAttr
+    res: Result[Tensor] = result()
+
+
+class MatmulOp(Tile.Operation, name="matmul", traits=[ext.Pure]):
+    """Matrix product over the last two dimensions, batch dimensions already broadcast to
+    the result's (the front end inserts ``tile.broadcast``)."""
+
+    lhs: Operand[Tensor]
+    rhs: Operand[Tensor]
+    res: Result[Tensor] = result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure (made by tile-fuse)
+
+
+class FusedOp(Tile.Operation, name="fused"):
+    """A group of ops that becomes one kernel.  The region's block arguments are the group's
+    inputs (one per operand, same types); ``tile.yield`` gives its results."""
+
+    inputs: Sequence[Operand[Tensor]]
+    outs: Sequence[Result[Tensor]]
+    body: ext.Region
+
+
+class YieldOp(Tile.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
+    """Terminator of ``tile.fused``."""
+
+    values: Sequence[Operand[Tensor]]
+
+
+def i64(value: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+
+
+def str_array(items) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.StringAttr.get(str(x)) for x in items])
+
+
+class HintOp(Tile.Operation, name="hint"):
+    """``#pragma cache_hint(name, level)`` attached to the value it names; the
+    ``tile-cache-hint`` pass turns it into an attribute on that value and erases it."""
+
+    x: Operand[Tensor]
+    name: ir.StringAttr
+    level: ir.StringAttr
