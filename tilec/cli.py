@@ -49,6 +49,16 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="fix shape symbol SYM to V")
     p.add_argument("--template", dest="templates", action="append", default=[],
                    metavar="SYM=v1,v2", help="specialise for these values of SYM")
+    p.add_argument("--no-generic", action="store_true",
+                   help="with templates: drop the generic kernel")
+    p.add_argument("-O", dest="opt_level", type=int, default=2, choices=range(4),
+                   metavar="N", help="optimisation level 0-3 (default 2)")
+    p.add_argument("--pass-pipeline", help="run this pipeline instead of the default")
+    p.add_argument("--print-ir-after-all", action="store_true",
+                   help="print the IR to stderr after every pass")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
+                   help="print the IR to stderr after PASS")
+    p.add_argument("--time-passes", action="store_true", help="report pass timings on stderr")
     p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true",
                    help="print source locations on every op")
     return p
@@ -80,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             emit=args.emit, target=args.target,
             defines=dict(_define(d) for d in args.defines),
             templates=dict(_template(t) for t in args.templates),
+            no_generic=args.no_generic, opt_level=args.opt_level,
+            pass_pipeline=args.pass_pipeline, print_ir_after_all=args.print_ir_after_all,
+            print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
             debug_info=args.debug_info)
         text = read_source(args.file)
         out = compile_text(text, args.file, options, default_sink())
@@ -116,7 +129,7 @@ def opt_main(argv: Sequence[str] | None = None) -> int:
             except ir.MLIRError as e:
                 raise TilecError(f"{name}: cannot parse IR: {e}") from None
             steps = parse_pipeline(args.passes) if args.passes else []
-            run_pipeline(module, steps)
+            run_pipeline(module, steps, default_sink())
             out = module.operation.get_asm(enable_debug_info=args.debug_info)
         if args.output:
             write_atomic(args.output, out)

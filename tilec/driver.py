@@ -1,19 +1,20 @@
 """The compile driver: source file -> the stage the user asked for.
 
-Stages, in order: ``ast`` (parser), ``ir`` (irgen).  Later stages belong to the passes and
-backends.  Only this module and ``cli`` read files and write outputs.
+Stages, in order: ``ast`` (parser), ``ir`` (irgen), ``opt`` (the tensor-level pass pipeline).
+Later stages belong to the backends.  Only this module and ``cli`` read files and write outputs.
 """
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import DiagnosticSink, TilecError
 from .frontend.sema import Options as SemaOptions
 
-FRONTEND_STAGES = ("ast", "ir")
 ALL_STAGES = ("ast", "ir", "opt", "kernel", "llvm", "obj", "gpu", "nvvm", "ptx", "cubin",
               "ascendc", "so")
 TARGETS = ("cpu", "ptx", "ascend", "ascend-sim")
@@ -25,6 +26,12 @@ class CompileOptions:
     target: str = "cpu"
     defines: dict[str, int] = field(default_factory=dict)
     templates: dict[str, list[int]] = field(default_factory=dict)
+    no_generic: bool = False
+    opt_level: int = 2
+    pass_pipeline: str | None = None      # replaces the default pipeline of opt_level
+    print_ir_after_all: bool = False
+    print_ir_after: tuple[str, ...] = ()
+    time_passes: bool = False
     debug_info: bool = False
 
     def sema(self) -> SemaOptions:
@@ -63,8 +70,44 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
         module = build_module(functions, file)
         if options.emit == "ir":
             return print_module(module, options.debug_info)
+        optimize(module, options, sink)
+        if options.emit == "opt":
+            return print_module(module, options.debug_info)
     raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
                      "at --emit=ir")
+
+
+def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
+    """Run the tensor-level pipeline (the default of ``-O``, or ``--pass-pipeline``)."""
+    from .passes import default_pipeline
+    from .pipeline import parse_pipeline, run_pipeline
+
+    text = options.pass_pipeline or default_pipeline(options.opt_level)
+    steps = parse_pipeline(text)
+    if options.no_generic:
+        steps = [(k, (p[0], {**p[1], "no-generic": "true"}))
+                 if k == "tilec" and p[0].name == "tile-shape-template" else (k, p)
+                 for k, p in steps]
+    timings: list[tuple[str, float]] = []
+    last = [time.perf_counter()]
+
+    def after_each(name: str, mod) -> None:
+        now = time.perf_counter()
+        timings.append((name, now - last[0]))
+        if options.print_ir_after_all or name in options.print_ir_after:
+            print(f"// -----// IR Dump After {name} //----- //", file=sys.stderr)
+            print(print_module(mod, options.debug_info), file=sys.stderr)
+        last[0] = time.perf_counter()
+
+    run_pipeline(module, steps, sink, after_each)
+    if options.time_passes:
+        total = sum(t for _, t in timings) or 1e-9
+        print("===-------------------------------------------------------------------------===",
+              file=sys.stderr)
+        print("  Pass execution timing report", file=sys.stderr)
+        print(f"  Total: {total * 1e3:.3f} ms", file=sys.stderr)
+        for name, t in timings:
+            print(f"  {t * 1e3:9.3f} ms ({100 * t / total:5.1f}%)  {name}", file=sys.stderr)
 
 
 def write_atomic(path: str, data: str | bytes) -> None:

@@ -8,17 +8,28 @@ upstream ``PassManager``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .diagnostics import TilecError
+from .diagnostics import DiagnosticSink, TilecError
 from .mlir import ir, passmanager
+
+
+@dataclass
+class PassContext:
+    """What a tilec pass gets besides the module: its options and where warnings go."""
+
+    options: dict[str, str] = field(default_factory=dict)
+    sink: DiagnosticSink = field(default_factory=DiagnosticSink)
+
+
+PassFn = Callable[[ir.Module, PassContext], None]
 
 
 @dataclass(frozen=True)
 class PassInfo:
     name: str
-    run: Callable[[ir.Module, dict[str, str]], None]
+    run: PassFn
     summary: str
 
 
@@ -26,8 +37,9 @@ REGISTRY: dict[str, PassInfo] = {}
 
 
 def register(name: str, summary: str):
-    """Decorator: register ``fn(module, options)`` as tilec pass ``name``."""
-    def wrap(fn: Callable[[ir.Module, dict[str, str]], None]):
+    """Decorator: register ``fn(module, context)`` as tilec pass ``name``; it raises
+    TilecError (located with ``tilec.dialect.locations.span_of``) for a user's mistake."""
+    def wrap(fn: PassFn) -> PassFn:
         REGISTRY[name] = PassInfo(name, fn, summary)
         return fn
     return wrap
@@ -93,15 +105,16 @@ def parse_pipeline(text: str) -> list[Step]:
     return steps
 
 
-def run_pipeline(module: ir.Module, steps: Sequence[Step],
+def run_pipeline(module: ir.Module, steps: Sequence[Step], sink: DiagnosticSink | None = None,
                  after_each: Callable[[str, ir.Module], None] | None = None) -> None:
     """Run ``steps`` on ``module``; ``after_each(name, module)`` is called after every step."""
+    sink = sink or DiagnosticSink()
     i = 0
     while i < len(steps):
         kind, payload = steps[i]
         if kind == "tilec":
             info, opts = payload  # type: ignore[misc]
-            info.run(module, opts)
+            info.run(module, PassContext(dict(opts), sink))
             name = info.name
             i += 1
         else:
