@@ -72,6 +72,8 @@ def _guarded(body: Callable[[], int]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:      # the reader went away (| head): nothing left to say
+        return 1
     except RecursionError:
         print("tilec: error: input nested too deeply", file=sys.stderr)
         return 1

@@ -132,9 +132,11 @@ class SliceOp(Tile.Operation, name="slice", traits=[ext.Pure]):
 
 
 class ConcatOp(Tile.Operation, name="concat", traits=[ext.Pure]):
-    """Concatenation of ``inputs`` along ``axis`` (negative)."""
+    """Concatenation of ``lhs`` and ``rhs`` along ``axis`` (negative).  Binary because IRDL
+    binds every element of a variadic operand to one type; ``concat(a, b, c)`` is a chain."""
 
-    inputs: Sequence[Operand[Tensor]]
+    lhs: Operand[Tensor]
+    rhs: Operand[Tensor]
     axis: ir.IntegerAttr
     res: Result[Tensor] = result()
 

@@ -85,7 +85,7 @@ class TensorInfo:
 
 def tensor_info(t: ir.Type) -> TensorInfo:
     """Read a tile tensor type back; raises ValueError for anything else."""
-    if not ir.RankedTensorType.isinstance(t):
+    if not isinstance(t, ir.RankedTensorType):
         raise ValueError(f"not a ranked tensor type: {t}")
     t = ir.RankedTensorType(t)
     elt = str(t.element_type)

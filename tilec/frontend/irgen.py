@@ -50,7 +50,7 @@ def _op_attrs(v: Value) -> dict[str, ir.Attribute]:
 
 
 _SIMPLE = {"cast": t.CastOp, "broadcast": t.BroadcastOp, "reshape": t.ReshapeOp,
-           "select": t.SelectOp, "matmul": t.MatmulOp, "cmp": t.CmpOp, "slice": t.SliceOp,
+           "select": t.SelectOp, "matmul": t.MatmulOp, "concat": t.ConcatOp, "cmp": t.CmpOp, "slice": t.SliceOp,
            "transpose": t.TransposeOp, "reduce": t.ReduceOp, "softmax": t.SoftmaxOp,
            "constant": t.ConstantOp, **t.UNARY, **t.BINARY}
 
@@ -59,10 +59,10 @@ def _build(v: Value, operands: list[ir.Value]) -> ir.Value:
     res = v.type.to_mlir()
     attrs = _op_attrs(v)
     with loc(v.span):
-        if v.op == "concat":
-            return t.ConcatOp(operands, attrs["axis"], res=res).res
-        op = _SIMPLE[v.op](*operands, *attrs.values(), res=res)
-        return op.res
+        # Created generically: the dialects.ext builders take a falsy attribute (``false``, an
+        # empty array) for a missing one and refuse it.
+        return ir.Operation.create(_SIMPLE[v.op].OPERATION_NAME, results=[res],
+                                   operands=operands, attributes=attrs).result
 
 
 def build_function(fn: TypedFunction) -> func.FuncOp:

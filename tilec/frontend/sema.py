@@ -1079,7 +1079,6 @@ class FunctionAnalyzer:
         axis = self._int_arg(kws["axis"], "axis")
         first = xs[0]
         (ax,) = self._axes(first, [axis], kws["axis"].span)
-        total = Dim.const(0)
         for x, a in zip(xs, tensors):
             same_rank = (x.type.rank_generic == first.type.rank_generic
                          and len(x.type.dims) == len(first.type.dims))
@@ -1090,10 +1089,13 @@ class FunctionAnalyzer:
                 if i - len(first.type.dims) != ax and d0 != d1:
                     raise TilecError(f"concat operands differ outside axis {axis}: "
                                      f"{first.type} and {x.type}", a.span)
-            total = total + x.type.dims[ax]
-        dims = list(first.type.dims)
-        dims[ax] = total
-        return self.emit("concat", xs, {"axis": ax}, first.type.with_dims(tuple(dims)), e.span)
+        out = xs[0]
+        for x in xs[1:]:   # a chain of binary concats
+            dims = list(out.type.dims)
+            dims[ax] = dims[ax] + x.type.dims[ax]
+            out = self.emit("concat", [out, x], {"axis": ax},
+                            first.type.with_dims(tuple(dims)), e.span)
+        return out
 
     def matmul(self, a: Value, b: Value, span: Span) -> Value:
         if a.type.dtype != b.type.dtype:

@@ -1,0 +1,512 @@
+"""The reference semantics of tile IR: a NumPy interpreter, the oracle every backend is
+verified against.
+
+In: a module of tensor-level tile IR (``func.func`` bodies of ``tile`` ops, before or after
+``tile-fuse``; not kernel-level IR) and NumPy arrays / Python scalars for one function's
+parameters.  Out: that function's results as NumPy arrays of the declared element types.
+
+Shape symbols are bound from the argument shapes (:func:`bind_symbols`).  Every value is held
+in float64 (``int32`` in int64, wrapped to 32 bits after each op; masks as bool) and rounded
+only at ``tile.cast`` and at ``func.return``, as the numerical contract of language.md says.
+Mistakes of the caller (a wrong rank, dtype or extent, a failing ``tile.check``) raise
+:class:`ReferenceError`; so does IR that breaks the contract of ``ops.py``, with a message that
+starts with ``internal:``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dialect import ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, TensorInfo, tensor_info
+from ..dialect.locations import span_of
+from ..dims import Dim, parse_dim
+from ..mlir import ir
+from .numerics import NUMPY_DTYPES, to_dtype
+
+
+class ReferenceError(Exception):  # noqa: A001 - the harness's name for its run-time error
+    """A run-time error of the reference: names the argument or check and what was expected."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters and symbol binding
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a tile function, as irgen describes it."""
+
+    name: str
+    info: TensorInfo
+    scalar: bool
+    default: int | float | None
+
+
+def params(func_op: Any) -> list[Param]:
+    """The parameters of ``func_op`` in order (``tile.name``, ``tile.scalar``, ``tile.default``)."""
+    attrs = func_op.attributes
+    arg_attrs = list(attrs["arg_attrs"]) if "arg_attrs" in attrs else []
+    out = []
+    for i, t in enumerate(func_op.type.inputs):
+        d = {a.name: a.attr for a in ir.DictAttr(arg_attrs[i])} if i < len(arg_attrs) else {}
+        name = ir.StringAttr(d[ARG_NAME_ATTR]).value if ARG_NAME_ATTR in d else f"%arg{i}"
+        default = d[ARG_DEFAULT_ATTR].value if ARG_DEFAULT_ATTR in d else None
+        out.append(Param(name, tensor_info(t), ARG_SCALAR_ATTR in d, default))
+    return out
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Values of the shape symbols, and the ``...`` dimensions (None when not rank-generic)."""
+
+    symbols: dict[str, int]
+    lead: tuple[int, ...] | None
+
+
+def bind_symbols(func_op: Any, args: Sequence[Any]) -> dict[str, int]:
+    """The shape symbols of ``func_op`` bound from the shapes of ``args`` (anything with a
+    shape, in parameter order); ReferenceError when they cannot be bound consistently."""
+    return bind_shapes(func_op, args).symbols
+
+
+def bind_shapes(func_op: Any, args: Sequence[Any]) -> Binding:
+    """Bind the symbols and the ``...`` dimensions from the argument shapes, checking every
+    parameter's rank, the ``...`` dimensions' agreement, and every extent."""
+    ps = params(func_op)
+    if len(args) != len(ps):
+        raise ReferenceError(f"expected {len(ps)} arguments, got {len(args)}")
+    lead: tuple[int, ...] | None = None
+    lead_from = ""
+    sizes: list[tuple[str, int, Dim, int]] = []  # (argument, axis, declared, actual)
+    for p, arg in zip(ps, args):
+        shape = tuple(int(s) for s in np.shape(arg))
+        dims = p.info.dims
+        k = len(shape) - len(dims)  # the number of '...' dimensions
+        if k < 0 or (k > 0 and not p.info.rank_generic):
+            rank = f">= {len(dims)}" if p.info.rank_generic else str(len(dims))
+            raise ReferenceError(f"argument '{p.name}': expected rank {rank} ({p.info}), "
+                                 f"got rank {len(shape)} (shape {shape})")
+        if p.info.rank_generic and lead is None:
+            lead, lead_from = shape[:k], p.name
+        elif p.info.rank_generic and shape[:k] != lead:
+            raise ReferenceError(f"argument '{p.name}': its '...' dimensions {shape[:k]} "
+                                 f"differ from {lead} of argument '{lead_from}'")
+        sizes += [(p.name, k + i, d, s) for i, (d, s) in enumerate(zip(dims, shape[k:]))]
+
+    symbols: dict[str, int] = {}
+    bound_by: dict[str, str] = {}
+    progress = True
+    while progress:
+        progress = False
+        for name, axis, d, size in sizes:
+            solved = d.solve_for(size, symbols)
+            if solved is None:
+                continue
+            sym, value = solved
+            if value.denominator != 1 or value < 0:
+                raise ReferenceError(
+                    f"argument '{name}' dimension {axis} is {d} = {size}: {sym} would be "
+                    f"{value}, not a non-negative integer")
+            symbols[sym] = int(value)
+            bound_by[sym] = f"argument '{name}' dimension {axis}"
+            progress = True
+
+    for name, axis, d, size in sizes:
+        unknown = sorted(d.symbols() - symbols.keys())
+        if unknown:
+            raise ReferenceError(f"argument '{name}' dimension {axis} is {d}: cannot bind "
+                                 f"{', '.join(unknown)} from the argument shapes")
+        want = d.evaluate(symbols)
+        if want == size:
+            continue
+        syms = sorted(d.symbols())
+        if not syms:
+            raise ReferenceError(f"argument '{name}' dimension {axis}: expected {d}, got {size}")
+        if d == Dim.sym(syms[0]):
+            raise ReferenceError(
+                f"symbol {syms[0]} is {symbols[syms[0]]} from {bound_by[syms[0]]} but argument "
+                f"'{name}' dimension {axis} is {size}")
+        given = ", ".join(f"{s} = {symbols[s]} from {bound_by[s]}" for s in syms)
+        raise ReferenceError(f"argument '{name}' dimension {axis}: expected {d} = {want} "
+                             f"({given}), got {size}")
+    return Binding(symbols, lead)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+
+
+# how the interpreter holds values of each element type
+STORAGE: dict[str, np.dtype] = {
+    "float16": np.dtype(np.float64), "bfloat16": np.dtype(np.float64),
+    "float32": np.dtype(np.float64), "int32": np.dtype(np.int64), "bool": np.dtype(np.bool_),
+}
+
+
+def _storage(values: Any, dtype: str) -> np.ndarray:
+    return np.asarray(values, dtype=STORAGE[dtype])
+
+
+def _argument(p: Param, value: Any) -> np.ndarray:
+    """Check one argument's type and convert it to the interpreter's storage."""
+    want = NUMPY_DTYPES[p.info.dtype]
+    if p.scalar and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if p.info.dtype == "int32":
+            if not isinstance(value, int) or not -2**31 <= value < 2**31:
+                raise ReferenceError(f"argument '{p.name}': expected an int32, got {value!r}")
+            return np.asarray(value, dtype=np.int64)
+        # a floating scalar holds a value of its declared type, as the C ABI passes it
+        return _storage(to_dtype(np.asarray(float(value)), p.info.dtype), p.info.dtype)
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise ReferenceError(f"argument '{p.name}': expected a NumPy array of {want.name}, "
+                             f"got {type(value).__name__}")
+    if value.dtype != want:
+        raise ReferenceError(f"argument '{p.name}': expected dtype {want.name}, "
+                             f"got {value.dtype.name}")
+    return _storage(value, p.info.dtype)
+
+
+def _arguments(ps: list[Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """Positional and keyword arguments matched to the parameters, defaults filled in."""
+    if len(args) > len(ps):
+        raise ReferenceError(f"expected at most {len(ps)} arguments, got {len(args)}")
+    by_name: dict[str, Any] = {p.name: a for p, a in zip(ps, args)}
+    for key, value in kwargs.items():
+        if key not in {p.name for p in ps}:
+            raise ReferenceError(f"unknown argument '{key}'; parameters: "
+                                 f"{', '.join(p.name for p in ps)}")
+        if key in by_name:
+            raise ReferenceError(f"argument '{key}' given twice")
+        by_name[key] = value
+    out = []
+    for p in ps:
+        if p.name in by_name:
+            out.append(by_name[p.name])
+        elif p.default is not None:
+            out.append(p.default)
+        else:
+            raise ReferenceError(f"missing argument '{p.name}'")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "abs": np.abs,
+    "neg": np.negative,
+    "reciprocal": lambda x: 1.0 / x,
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0),
+    "silu": lambda x: x * _sigmoid(x),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "sin": np.sin,
+    "cos": np.cos,
+}
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum, "pow": np.power,
+}
+COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal,
+}
+INT32_ELEMENTWISE = frozenset({"add", "sub", "mul", "max", "min", "neg", "abs", "relu"})
+
+
+def _where(op: Any) -> str:
+    span = span_of(op.location)
+    return str(span) if span else str(op.location)
+
+
+def _error(op: Any, message: str) -> ReferenceError:
+    """An error of the program or its arguments, at the op's source location."""
+    return ReferenceError(f"{_where(op)}: {message}")
+
+
+def _internal(op: Any, message: str) -> ReferenceError:
+    """IR that breaks the contract of ops.py: a bug of the compiler, not of the user."""
+    return ReferenceError(f"internal: {op.operation.name} at {_where(op)}: {message}")
+
+
+def _strings(attr: Any) -> list[str]:
+    return [ir.StringAttr(a).value for a in attr]
+
+
+class _Interpreter:
+    """Evaluates blocks of tile ops under one symbol binding."""
+
+    def __init__(self, binding: Binding) -> None:
+        self.binding = binding
+
+    # shapes ---------------------------------------------------------------------------------
+    def dim(self, d: Dim | str, op: Any) -> int:
+        d = parse_dim(d) if isinstance(d, str) else d
+        unknown = d.symbols() - self.binding.symbols.keys()
+        if unknown:
+            raise _internal(op, f"{d} uses unbound {', '.join(sorted(unknown))}")
+        value = d.evaluate(self.binding.symbols)
+        if value.denominator != 1 or value < 0:
+            raise _error(op, f"dimension {d} is {value} with {self.binding.symbols}, not a "
+                             f"non-negative integer")
+        return int(value)
+
+    def shape(self, info: TensorInfo, op: Any) -> tuple[int, ...]:
+        """The actual shape of a value of type ``info``."""
+        dims = tuple(self.dim(d, op) for d in info.dims)
+        if not info.rank_generic:
+            return dims
+        if self.binding.lead is None:
+            raise _internal(op, "a '...' type in a function without '...' parameters")
+        return self.binding.lead + dims
+
+    # evaluation -----------------------------------------------------------------------------
+    def block(self, block: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Evaluate ``block`` on its arguments; the values its terminator passes on."""
+        env: dict[Any, np.ndarray] = dict(zip(block.arguments, inputs))
+        for op in block.operations:
+            name = op.operation.name
+            xs = [env[v] for v in op.operands]
+            if name in ("func.return", "tile.yield"):
+                return xs
+            if name == "tile.check":
+                self.check(op)
+                continue
+            if name == "tile.hint":  # a pragma's note to the backends: no value changes
+                continue
+            if name == "tile.fused":
+                outs = self.block(op.regions[0].blocks[0], xs)
+            elif name in _HANDLERS:
+                outs = [_HANDLERS[name](self, op, xs)]
+            else:
+                raise _error(op, f"the reference does not know operation '{name}'")
+            if len(outs) != len(op.results):
+                raise _internal(op, f"{len(outs)} values for {len(op.results)} results")
+            for r, v in zip(op.results, outs):
+                env[r] = self.finish(op, r.type, v)
+        raise ReferenceError("internal: a block without a terminator")
+
+    def finish(self, op: Any, t: ir.Type, value: np.ndarray) -> np.ndarray:
+        """Wrap int32 results and check that the value has the result type's shape."""
+        info = tensor_info(t)
+        value = np.asarray(value)
+        if info.dtype == "int32" and value.dtype == np.int64:
+            value = (value + 2**31) % 2**32 - 2**31
+        want = self.shape(info, op)
+        if value.shape != want or value.dtype != STORAGE[info.dtype]:
+            raise _internal(op, f"computed {value.dtype}{list(value.shape)} for a result of "
+                                f"type {t}, which is {list(want)} here")
+        return value
+
+    def check(self, op: Any) -> None:
+        a = op.attributes
+        rel = a["rel"].value
+        lhs, rhs = self.dim(a["lhs"].value, op), self.dim(a["rhs"].value, op)
+        if rel not in ("le", "eq"):
+            raise _internal(op, f"relation {rel!r}")
+        if lhs <= rhs if rel == "le" else lhs == rhs:
+            return
+        raise _error(op, f"{a['message'].value} ({a['lhs'].value} = {lhs}, "
+                         f"{a['rhs'].value} = {rhs})")
+
+
+Handler = Callable[[_Interpreter, Any, list[np.ndarray]], np.ndarray]
+
+
+def _elementwise(name: str, fn: Callable[..., np.ndarray]) -> Handler:
+    def handler(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+        if xs[0].dtype == np.int64 and name not in INT32_ELEMENTWISE:
+            raise _error(op, f"tile.{name} is not defined on int32")
+        _same_shapes(op, xs)
+        return fn(*xs)
+    return handler
+
+
+def _same_shapes(op: Any, xs: list[np.ndarray]) -> None:
+    shapes = {x.shape for x in xs if x.ndim}
+    if len(shapes) > 1:
+        raise _internal(op, f"operand shapes {sorted(shapes)} are neither equal nor rank 0")
+
+
+def _constant(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    value = op.attributes["value"].value
+    dtype = tensor_info(op.results[0].type).dtype
+    if dtype == "int32" and not float(value).is_integer():
+        raise _internal(op, f"{value} for an int32")
+    return _storage(value, dtype)
+
+
+def _cmp(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    _same_shapes(op, xs)
+    return COMPARE[op.attributes["predicate"].value](xs[0], xs[1])
+
+
+def _select(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    _same_shapes(op, xs)
+    return np.where(xs[0], xs[1], xs[2])
+
+
+def _cast(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    x = xs[0]
+    dtype = tensor_info(op.results[0].type).dtype
+    if dtype in ("float16", "bfloat16", "float32"):
+        return to_dtype(x.astype(np.float64), dtype).astype(np.float64)
+    if dtype != "int32" or x.dtype != np.float64:
+        return _storage(x, dtype)
+    t = np.trunc(x)
+    bad = ~((t >= -2**31) & (t < 2**31))  # NaN too
+    if bad.any():
+        raise _error(op, f"cast to int32 of {float(x[bad].flat[0])}, which is out of its range")
+    return t.astype(np.int64)
+
+
+def _broadcast(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    shape = ev.shape(tensor_info(op.results[0].type), op)
+    try:
+        return np.broadcast_to(xs[0], shape)
+    except ValueError:
+        raise _internal(op, f"{list(xs[0].shape)} does not broadcast to {list(shape)}") from None
+
+
+def _slice(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    x = xs[0]
+    starts, ends = _strings(op.attributes["starts"]), _strings(op.attributes["ends"])
+    k = x.ndim - len(starts)
+    index: list[slice] = [slice(None)] * k
+    for axis, (s, e) in enumerate(zip(starts, ends), start=k):
+        lo, hi = ev.dim(s, op), ev.dim(e, op)
+        if not lo <= hi <= x.shape[axis]:
+            raise _error(op, f"slice {s}:{e} = {lo}:{hi} of dimension {axis} of size "
+                             f"{x.shape[axis]} is out of range")
+        index.append(slice(lo, hi))
+    return x[tuple(index)]
+
+
+def _concat(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(xs, axis=op.attributes["axis"].value)
+
+
+def _reshape(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    shape = ev.shape(tensor_info(op.results[0].type), op)
+    if math.prod(shape) != xs[0].size:
+        raise _error(op, f"cannot reshape {list(xs[0].shape)} ({xs[0].size} elements) to "
+                         f"{list(shape)}")
+    return xs[0].reshape(shape)
+
+
+def _transpose(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    # on a rank-generic tensor the permutation moves the dimensions after the '...' ones
+    perm = list(op.attributes["perm"])
+    k = xs[0].ndim - len(perm)
+    return np.transpose(xs[0], list(range(k)) + [k + p for p in perm])
+
+
+def _reduce(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    a = op.attributes
+    x, kind = xs[0], a["kind"].value
+    axes, keepdims = tuple(a["axes"]), a["keepdims"].value
+    if kind in ("max", "min"):
+        # the identity of an empty reduction: -inf for max (int32: its minimum), +inf for min
+        low = -np.inf if x.dtype == np.float64 else -2**31
+        high = np.inf if x.dtype == np.float64 else 2**31 - 1
+        fn, initial = (np.max, low) if kind == "max" else (np.min, high)
+        return fn(x, axis=axes, keepdims=keepdims, initial=initial)
+    fn = {"sum": np.sum, "mean": np.mean, "var": np.var}.get(kind)
+    if fn is None:
+        raise _internal(op, f"kind {kind!r}")
+    return fn(x, axis=axes, keepdims=keepdims)
+
+
+def _softmax(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    axis = op.attributes["axis"].value
+    e = np.exp(xs[0] - np.max(xs[0], axis=axis, keepdims=True, initial=-np.inf))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _matmul(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    a, b = xs
+    if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2]:
+        raise _internal(op, f"operand shapes {list(a.shape)} and {list(b.shape)}")
+    return np.matmul(a, b)
+
+
+_HANDLERS: dict[str, Handler] = {
+    **{f"tile.{name}": _elementwise(name, fn) for name, fn in {**UNARY, **BINARY}.items()},
+    "tile.constant": _constant,
+    "tile.cmp": _cmp,
+    "tile.select": _select,
+    "tile.cast": _cast,
+    "tile.broadcast": _broadcast,
+    "tile.slice": _slice,
+    "tile.concat": _concat,
+    "tile.reshape": _reshape,
+    "tile.transpose": _transpose,
+    "tile.reduce": _reduce,
+    "tile.softmax": _softmax,
+    "tile.matmul": _matmul,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def find_function(module: ir.Module, func_name: str) -> Any:
+    """The ``func.func`` named ``func_name``; ReferenceError naming the ones there are."""
+    names = []
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if name == func_name:
+                return op
+            names.append(name)
+    raise ReferenceError(f"no function '{func_name}' in the module; it has: {', '.join(names)}")
+
+
+def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
+    """Evaluate func ``func_name`` of ``module`` on NumPy arrays / Python scalars.
+
+    Positional or keyword args by parameter name (``tile.name`` arg attr); scalar params with
+    ``tile.default`` may be omitted.  Returns one np.ndarray for a single result, a tuple for
+    several."""
+    func_op = find_function(module, func_name)
+    ps = params(func_op)
+    with np.errstate(all="ignore"):  # inf and NaN are values like any other, as in a kernel
+        values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
+        interpreter = _Interpreter(bind_shapes(func_op, values))
+        outs = interpreter.block(func_op.regions[0].blocks[0], values)
+        if len(outs) != len(func_op.type.results):
+            raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "
+                                 f"{len(func_op.type.results)} results")
+        results = tuple(to_dtype(v, tensor_info(t).dtype)
+                        for v, t in zip(outs, func_op.type.results))
+    return results[0] if len(results) == 1 else results
