@@ -31,3 +31,16 @@ LEAD_ATTR = "tile.lead"
 ARG_NAME_ATTR = "tile.name"
 ARG_SCALAR_ATTR = "tile.scalar"
 ARG_DEFAULT_ATTR = "tile.default"
+
+# Shape templates (irgen sets the first; tile-shape-template consumes it and sets the rest):
+#   tile.templates = {seq = array<i64: 2048, 8192>}   on a func.func still to be specialised
+#   tile.variant_of = "rmsnorm", tile.binding = {seq = 2048 : i64}   on each specialised clone,
+#                                           whose tile.symbols and arguments stay the generic's
+#   tile.dispatch = {rmsnorm = {generic = "rmsnorm", variants = [
+#       {binding = {seq = 2048 : i64}, fn = "rmsnorm__seq_2048"}, ...]}}   on the module: the
+#     exact-match table a caller consults (symbols bound from the arguments); generic = "" when
+#     the generic function was dropped (--no-generic)
+TEMPLATES_ATTR = "tile.templates"
+VARIANT_OF_ATTR = "tile.variant_of"
+BINDING_ATTR = "tile.binding"
+DISPATCH_ATTR = "tile.dispatch"

@@ -183,7 +183,8 @@ class SoftmaxOp(Tile.Operation, name="softmax", traits=[ext.Pure]):
 
 class MatmulOp(Tile.Operation, name="matmul", traits=[ext.Pure]):
     """Matrix product over the last two dimensions, batch dimensions already broadcast to
-    the result's (the front end inserts ``tile.broadcast``)."""
+    the result's (the front end inserts ``tile.broadcast``).  In a kernel row, ``lhs`` may be
+    one row ``[K]`` of the M dimension: ``[K] @ [K, N] -> [N]``."""
 
     lhs: Operand[Tensor]
     rhs: Operand[Tensor]
@@ -194,19 +195,63 @@ class MatmulOp(Tile.Operation, name="matmul", traits=[ext.Pure]):
 # Structure (made by tile-fuse)
 
 
+TYPE_RUNS = 8
+"""IRDL binds every element of one variadic operand (or result) to a single type, so the
+operands and results of ``tile.fused`` and the operands of ``tile.yield`` are each declared as
+this many variadic segments, one per run of equal consecutive types (``operandSegmentSizes``).
+Readers see flat lists (``op.operands``, ``op.results``); :func:`fused` and :func:`yield_`
+build the segments."""
+
+
+def _runs(prefix: str, kind: Any) -> dict[str, Any]:
+    return {f"{prefix}{i}": Sequence[kind[Tensor]] for i in range(TYPE_RUNS)}
+
+
 class FusedOp(Tile.Operation, name="fused"):
     """A group of ops that becomes one kernel.  The region's block arguments are the group's
     inputs (one per operand, same types); ``tile.yield`` gives its results."""
 
-    inputs: Sequence[Operand[Tensor]]
-    outs: Sequence[Result[Tensor]]
-    body: ext.Region
+    __annotations__ = {**_runs("in", Operand), **_runs("out", Result), "body": ext.Region}
 
 
 class YieldOp(Tile.Operation, name="yield", traits=[ir.IsTerminatorTrait]):
     """Terminator of ``tile.fused``."""
 
-    values: Sequence[Operand[Tensor]]
+    __annotations__ = _runs("values", Operand)
+
+
+def type_runs(types: Sequence[ir.Type]) -> list[int]:
+    """The ``TYPE_RUNS`` segment sizes of a list of types: the lengths of its runs of equal
+    consecutive types, then zeros; ValueError when there are more runs than segments."""
+    runs: list[int] = []
+    for i, t in enumerate(types):
+        if i and t == types[i - 1]:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    if len(runs) > TYPE_RUNS:
+        raise ValueError(f"{len(runs)} runs of types; tile.fused has {TYPE_RUNS} segments")
+    return runs + [0] * (TYPE_RUNS - len(runs))
+
+
+def _segments(types: Sequence[ir.Type]) -> ir.Attribute:
+    return ir.DenseI32ArrayAttr.get(type_runs(types))
+
+
+def fused(inputs: Sequence[ir.Value], result_types: Sequence[ir.Type],
+          loc: ir.Location) -> ir.Operation:
+    """A ``tile.fused`` op at the current insertion point, its region still empty."""
+    return ir.Operation.create(
+        FusedOp.OPERATION_NAME, results=list(result_types), operands=list(inputs), regions=1,
+        attributes={"operandSegmentSizes": _segments([x.type for x in inputs]),
+                    "resultSegmentSizes": _segments(result_types)}, loc=loc)
+
+
+def yield_(values: Sequence[ir.Value], loc: ir.Location) -> ir.Operation:
+    """A ``tile.yield`` of ``values`` at the current insertion point."""
+    return ir.Operation.create(
+        YieldOp.OPERATION_NAME, operands=list(values),
+        attributes={"operandSegmentSizes": _segments([v.type for v in values])}, loc=loc)
 
 
 def i64(value: int) -> ir.IntegerAttr:
@@ -224,3 +269,26 @@ class HintOp(Tile.Operation, name="hint"):
     x: Operand[Tensor]
     name: ir.StringAttr
     level: ir.StringAttr
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel level (made by tile-kernel): a kernel function's body describes ONE row of its grid.
+
+
+class LoadRowOp(Tile.Operation, name="load_row", traits=[ext.Pure]):
+    """Copy-in: the row of global tensor ``x`` at the current grid point.  ``axes[j]`` is the
+    axis of ``x`` indexed by grid dimension j (index 0 when that axis has extent 1), or -1 when
+    ``x`` does not vary along it; the result keeps the other axes in order."""
+
+    x: Operand[Tensor]
+    axes: Any  # DenseI64ArrayAttr
+    res: Result[Tensor] = result()
+
+
+class StoreRowOp(Tile.Operation, name="store_row", traits=[ext.Pure]):
+    """Copy-out: the global result tensor whose row at the current grid point (``axes`` as in
+    ``tile.load_row``, never -1) is ``row``; over the whole grid every element is written."""
+
+    row: Operand[Tensor]
+    axes: Any  # DenseI64ArrayAttr
+    res: Result[Tensor] = result()

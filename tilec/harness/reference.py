@@ -1,8 +1,8 @@
 """The reference semantics of tile IR: a NumPy interpreter, the oracle every backend is
 verified against.
 
-In: a module of tensor-level tile IR (``func.func`` bodies of ``tile`` ops, before or after
-``tile-fuse``; not kernel-level IR) and NumPy arrays / Python scalars for one function's
+In: a module of tile IR (``func.func`` bodies of ``tile`` ops, before or after ``tile-fuse``;
+a kernel-level body, marked ``tile.kernel``, runs once per point of its grid) and NumPy arrays / Python scalars for one function's
 parameters.  Out: that function's results as NumPy arrays of the declared element types.
 
 Shape symbols are bound from the argument shapes (:func:`bind_symbols`).  Every value is held
@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dialect import ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, TensorInfo, tensor_info
+from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, DISPATCH_ATTR,
+                       TensorInfo, tensor_info)
 from ..dialect.locations import span_of
 from ..dims import Dim, parse_dim
 from ..mlir import ir
@@ -267,6 +268,8 @@ class _Interpreter:
 
     def __init__(self, binding: Binding) -> None:
         self.binding = binding
+        self.point: tuple[int, ...] = ()         # the grid point a kernel body runs for
+        self.stored: dict[Any, np.ndarray] = {}  # a kernel's outputs, filled row by row
 
     # shapes ---------------------------------------------------------------------------------
     def dim(self, d: Dim | str, op: Any) -> int:
@@ -454,7 +457,8 @@ def _softmax(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
 
 def _matmul(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
     a, b = xs
-    if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2]:
+    row = a.ndim == 1 and b.ndim == 2   # a kernel row: one row of lhs times the whole rhs
+    if not row and (a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2]):
         raise _internal(op, f"operand shapes {list(a.shape)} and {list(b.shape)}")
     return np.matmul(a, b)
 
@@ -480,6 +484,70 @@ _HANDLERS: dict[str, Handler] = {
 # Entry point
 
 
+def _numpy_axes(ev: _Interpreter, info: TensorInfo, axis: int) -> list[int]:
+    """The NumPy axes of MLIR axis ``axis`` (the ``...`` axis spans all leading dims)."""
+    if not info.rank_generic:
+        return [axis]
+    lead = len(ev.binding.lead or ())
+    return list(range(lead)) if axis == 0 else [lead + axis - 1]
+
+
+def _row_index(ev: _Interpreter, op: Any, x: np.ndarray, info: TensorInfo) -> tuple:
+    """Index of the current grid point's row in ``x`` (``axes`` of load_row/store_row)."""
+    index: list[Any] = [slice(None)] * x.ndim
+    coords = list(ev.point)
+    for axis in (int(a) for a in op.attributes["axes"]):
+        width = len(ev.binding.lead or ()) if info.rank_generic and axis == 0 else 1
+        here, coords = coords[:width], coords[width:]
+        if axis < 0:
+            continue
+        for np_axis, c in zip(_numpy_axes(ev, info, axis), here):
+            index[np_axis] = 0 if x.shape[np_axis] == 1 else c
+    return tuple(index)
+
+
+def _load_row(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    info = tensor_info(op.operands[0].type)
+    return np.array(xs[0][_row_index(ev, op, xs[0], info)])
+
+
+def _store_row(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    info = tensor_info(op.results[0].type)
+    key = op.results[0]
+    if key not in ev.stored:
+        ev.stored[key] = np.zeros(ev.shape(info, op), dtype=STORAGE[info.dtype])
+    out = ev.stored[key]
+    out[_row_index(ev, op, out, info)] = xs[0]
+    return out
+
+
+_HANDLERS["tile.load_row"] = _load_row
+_HANDLERS["tile.store_row"] = _store_row
+
+
+def _grid_extents(ev: _Interpreter, func_op: Any) -> list[int]:
+    kernel = ir.DictAttr(func_op.attributes["tile.kernel"])
+    extents: list[int] = []
+    for d in _strings(kernel["grid"]):
+        extents.extend(ev.binding.lead or () if d == "..." else [ev.dim(d, func_op)])
+    return extents
+
+
+def _run_body(ev: _Interpreter, func_op: Any, values: list[Any]) -> list[np.ndarray]:
+    """A tensor-level body once, or a kernel-level body once per grid point."""
+    block = func_op.regions[0].blocks[0]
+    if "tile.kernel" not in func_op.attributes:
+        return ev.block(block, values)
+    outs: list[np.ndarray] = []
+    for point in np.ndindex(*_grid_extents(ev, func_op)):
+        ev.point = point
+        outs = ev.block(block, values)
+    if not outs:   # an empty grid writes nothing: outputs of the declared (empty) shape
+        outs = [np.zeros(ev.shape(tensor_info(t), func_op), dtype=STORAGE[tensor_info(t).dtype])
+                for t in func_op.type.results]
+    return outs
+
+
 def find_function(module: ir.Module, func_name: str) -> Any:
     """The ``func.func`` named ``func_name``; ReferenceError naming the ones there are."""
     names = []
@@ -492,18 +560,67 @@ def find_function(module: ir.Module, func_name: str) -> Any:
     raise ReferenceError(f"no function '{func_name}' in the module; it has: {', '.join(names)}")
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """A function's entry in the module's ``tile.dispatch`` table (see tilec.dialect)."""
+
+    generic: str                                    # "" when the generic function was dropped
+    variants: tuple[tuple[str, dict[str, int]], ...]  # (function, binding)
+
+
+def dispatch_entry(module: ir.Module, func_name: str) -> Dispatch | None:
+    attrs = module.operation.attributes
+    if DISPATCH_ATTR not in attrs or func_name not in ir.DictAttr(attrs[DISPATCH_ATTR]):
+        return None
+    entry = ir.DictAttr(attrs[DISPATCH_ATTR])[func_name]
+    variants = tuple((v["fn"].value, {b.name: b.attr.value for b in v["binding"]})
+                     for v in entry["variants"])
+    return Dispatch(entry["generic"].value, variants)
+
+
+def _dispatch(module: ir.Module, func_name: str, entry: Dispatch,
+              values: Sequence[np.ndarray]) -> Any:
+    """The function that serves a call: the variant whose binding equals the symbols bound
+    from the arguments, else the generic function."""
+    if entry.generic:
+        generic = find_function(module, entry.generic)
+        symbols = bind_symbols(generic, values)
+        for fn, binding in entry.variants:
+            if all(symbols.get(s) == v for s, v in binding.items()):
+                return find_function(module, fn)
+        return generic
+    # without the generic signature the binding is checked against each variant's, where the
+    # bound symbols are constants
+    for fn, _ in entry.variants:
+        variant = find_function(module, fn)
+        try:
+            bind_shapes(variant, values)
+        except ReferenceError:
+            continue
+        return variant
+    bindings = "; ".join(", ".join(f"{s} = {v}" for s, v in b.items()) for _, b in entry.variants)
+    raise ReferenceError(f"'{func_name}' has no variant for argument shapes "
+                         f"{', '.join(str(np.shape(v)) for v in values)} (variants: {bindings}) "
+                         "and no generic function (dropped by --no-generic)")
+
+
 def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
     """Evaluate func ``func_name`` of ``module`` on NumPy arrays / Python scalars.
 
     Positional or keyword args by parameter name (``tile.name`` arg attr); scalar params with
-    ``tile.default`` may be omitted.  Returns one np.ndarray for a single result, a tuple for
-    several."""
-    func_op = find_function(module, func_name)
+    ``tile.default`` may be omitted.  A function in the module's dispatch table runs the
+    variant for its arguments' shapes.  Returns one np.ndarray for a single result, a tuple
+    for several."""
+    entry = dispatch_entry(module, func_name)
+    abi = func_name if entry is None else entry.generic or entry.variants[0][0]
+    func_op = find_function(module, abi)  # every variant has the generic's parameters
     ps = params(func_op)
     with np.errstate(all="ignore"):  # inf and NaN are values like any other, as in a kernel
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
+        if entry is not None:
+            func_op = _dispatch(module, func_name, entry, values)
         interpreter = _Interpreter(bind_shapes(func_op, values))
-        outs = interpreter.block(func_op.regions[0].blocks[0], values)
+        outs = _run_body(interpreter, func_op, values)
         if len(outs) != len(func_op.type.results):
             raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "
                                  f"{len(func_op.type.results)} results")

@@ -1,0 +1,194 @@
+"""tile-kernel: fused groups (tensor level) -> kernel-level IR.
+
+In: functions marked ``tile.fused`` (one group each, made by tile-fuse), or, with option
+``all=true``, every function.  Out: the same functions, whose body now describes ONE row of
+the kernel's grid (see :mod:`tilec.tiling.rows`):
+
+    func.func private @swiglu__fused0(%arg0: tensor<?x?x?xf16, [...]>) -> tensor<...>
+        attributes {tile.kernel = {grid = ["batch", "seq"], tile_rows = 0 : i64,
+                                   row_bytes = "6*hidden", local_bytes = 262144 : i64, ...}}
+      %0 = "tile.load_row"(%arg0) {axes = array<i64: 0, 1>, space = "local", depth = 1}
+      ... the group's ops on rows, each with tile.space = "local" | "register" ...
+      %9 = "tile.store_row"(%8) {axes = array<i64: 0, 1>, space = "local", depth = 1}
+      return %9
+
+Per target description (option ``target=cpu|ascend|ptx``): every row buffer's memory space,
+the queue depth (2 = double buffering where the target overlaps copies with compute), the
+bytes one row needs (a dimension polynomial, padded to the target's alignment per buffer) and
+``tile_rows``, the rows per tile: fixed when the row size is known at compile time, else 0
+(chosen at run time from ``local_bytes``).  A row that cannot fit the local memory at all is a
+located error naming the function, its buffers and the numbers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..diagnostics import TilecError
+from ..dialect.locations import span_of
+from ..dialect.types import TensorInfo, tensor_info
+from ..dims import ELLIPSIS, Dim
+from ..mlir import ir
+from ..pipeline import PassContext, register
+from ..tiling.rows import NONE, RowPlan, plan_rows
+from ..tiling.targets import TARGETS, TargetDesc
+
+FUSED_ATTR = "tile.fused"
+KERNEL_ATTR = "tile.kernel"
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
+
+
+def _i64(v: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
+
+
+def _strs(items) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.StringAttr.get(str(x)) for x in items])
+
+
+def _row_attrs(op: Any, plan: RowPlan) -> dict[str, ir.Attribute]:
+    """``op``'s attributes rewritten for rows (axes renumbered, grid entries dropped)."""
+    attrs = {name: op.attributes[name] for name in op.attributes}
+    name = op.operation.name
+    if name == "tile.slice":
+        x = op.operands[0]
+        shape = tensor_info(x.type).shape
+        first = 1 if shape and shape[0] == ELLIPSIS else 0
+        grid_axes = set(plan.axes(x))
+        keep = [i for i in range(len(shape) - first) if i + first not in grid_axes]
+        for key in ("starts", "ends"):
+            vals = list(attrs[key])
+            attrs[key] = ir.ArrayAttr.get([vals[i] for i in keep])
+    elif name in ("tile.concat", "tile.softmax"):
+        res = op.results[0]
+        rank = len(tensor_info(res.type).shape)
+        axis = rank + int(ir.IntegerAttr(attrs["axis"]).value)
+        row_rank = len(plan.row_shape(res))
+        attrs["axis"] = _i64(plan.row_axis(res, axis) - row_rank)
+    elif name == "tile.reduce":
+        x = op.operands[0]
+        rank = len(tensor_info(x.type).shape)
+        row_rank = len(plan.row_shape(x))
+        axes = [plan.row_axis(x, rank + int(a)) - row_rank for a in attrs["axes"]]
+        attrs["axes"] = ir.DenseI64ArrayAttr.get(sorted(axes))
+    elif name == "tile.transpose":
+        x, res = op.operands[0], op.results[0]
+        perm = [int(p) for p in attrs["perm"]]
+        taken = set(plan.axes(res))
+        attrs["perm"] = ir.DenseI64ArrayAttr.get(
+            [plan.row_axis(x, perm[a]) for a in range(len(perm)) if a not in taken])
+    return attrs
+
+
+def _arg_name(fn: Any, i: int) -> str:
+    if "arg_attrs" in fn.attributes:
+        attrs = ir.DictAttr(ir.ArrayAttr(fn.attributes["arg_attrs"])[i])
+        if "tile.name" in attrs:
+            return ir.StringAttr(attrs["tile.name"]).value
+    return f"in{i}"
+
+
+def _bytes_of(info: TensorInfo, align: int) -> Dim:
+    """Bytes of one row buffer: elements * element size, rounded up to ``align`` when the
+    size is known (symbolic sizes are assumed padded by the backend)."""
+    n = Dim.const(1)
+    for d in info.shape:
+        if d == ELLIPSIS:
+            n = n * Dim.sym("lead")
+        else:
+            n = n * d
+    nbytes = n * ELEMENT_BYTES[info.dtype]
+    if nbytes.value is not None:
+        return Dim.const(-(-nbytes.value // align) * align)
+    return nbytes
+
+
+def kernelize(fn: Any, target: TargetDesc) -> None:
+    """Rewrite the body of ``fn`` (one fused group) into kernel-level IR for ``target``."""
+    block = fn.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    plan = plan_rows(block, list(ret.operands))
+    depth = 2 if target.double_buffer else 1
+    new: dict[Any, Any] = {}
+    buffers: list[tuple[str, TensorInfo, int]] = []   # (name, row type, copies)
+    ops = [op for op in block.operations if op.operation.name != "func.return"]
+    with fn.location, ir.InsertionPoint.at_block_begin(block):
+        for i, arg in enumerate(block.arguments):
+            if tensor_info(arg.type).shape == () or not list(arg.uses):
+                new[arg] = arg
+                continue
+            load = ir.Operation.create(
+                "tile.load_row", results=[plan.row_type(arg)], operands=[arg],
+                attributes={"axes": ir.DenseI64ArrayAttr.get(list(plan.axes(arg))),
+                            "space": ir.StringAttr.get("local"), "depth": _i64(depth)})
+            new[arg] = load.result
+            buffers.append((_arg_name(fn, i), tensor_info(load.result.type), depth))
+        for op in ops:
+            res = op.results[0] if op.results else None
+            results = [plan.row_type(res)] if res is not None else []
+            clone = ir.Operation.create(
+                op.operation.name, results=results, operands=[new[x] for x in op.operands],
+                attributes=_row_attrs(op, plan), loc=op.location)
+            if res is not None:
+                row = tensor_info(clone.result.type)
+                space = "register" if row.shape == () else "local"
+                clone.attributes["tile.space"] = ir.StringAttr.get(space)
+                new[res] = clone.result
+                if space == "local":
+                    buffers.append((f"{op.operation.name[len('tile.'):]}#{len(buffers)}",
+                                    row, 1))
+        outs = []
+        for k, v in enumerate(ret.operands):
+            axes = plan.axes(v)
+            if NONE in axes:
+                raise TilecError("internal: an output of a kernel is not indexed by its grid",
+                                 span_of(fn.location))
+            store = ir.Operation.create(
+                "tile.store_row", results=[v.type], operands=[new[v]],
+                attributes={"axes": ir.DenseI64ArrayAttr.get(list(axes)),
+                            "space": ir.StringAttr.get("local"), "depth": _i64(depth)},
+                loc=ret.location)
+            buffers.append((f"out{k}", tensor_info(new[v].type), depth))
+            outs.append(store.result)
+        ir.Operation.create("func.return", operands=outs, loc=ret.location)
+    ret.erase()
+    for op in reversed(ops):
+        op.erase()
+    with fn.location:
+        _annotate(fn, plan, buffers, target)
+
+
+def _annotate(fn: Any, plan: RowPlan, buffers: list[tuple[str, TensorInfo, int]],
+              target: TargetDesc) -> None:
+    row_bytes = Dim.const(0)
+    for _, info, copies in buffers:
+        row_bytes = row_bytes + _bytes_of(info, target.alignment) * copies
+    name = ir.StringAttr(fn.attributes["sym_name"]).value
+    tile_rows = 0
+    if row_bytes.value is not None:
+        if row_bytes.value > target.local_bytes:
+            listing = ", ".join(f"{b} {_bytes_of(i, target.alignment)} B x{c}"
+                                for b, i, c in buffers)
+            raise TilecError(f"kernel '{name}' needs {row_bytes.value} bytes of local memory for "
+                             f"one row, more than the {target.local_bytes} bytes of {target.name}"
+                             f" ({listing})", span_of(fn.location))
+        tile_rows = max(1, min(target.max_tile_rows, target.local_bytes // max(row_bytes.value, 1)))
+    fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
+        "target": ir.StringAttr.get(target.name),
+        "grid": _strs(plan.grid),
+        "row_bytes": ir.StringAttr.get(str(row_bytes)),
+        "local_bytes": _i64(target.local_bytes),
+        "tile_rows": _i64(tile_rows),
+    })
+
+
+@register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target")
+def tile_kernel(module: ir.Module, pc: PassContext) -> None:
+    target_name = pc.options.get("target", "cpu")
+    if target_name not in TARGETS:
+        raise TilecError(f"tile-kernel: unknown target '{target_name}'")
+    every = pc.options.get("all") == "true"
+    for fn in list(module.body.operations):
+        if fn.operation.name != "func.func" or KERNEL_ATTR in fn.attributes:
+            continue
+        if every or FUSED_ATTR in fn.attributes:
+            kernelize(fn, TARGETS[target_name])

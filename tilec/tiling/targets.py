@@ -1,0 +1,37 @@
+"""Target descriptions: what the kernel level needs to know of a machine, and nothing more.
+
+The tiling step is target-parametric: it reads only these numbers, so the CPU, Ascend and PTX
+backends share one kernel-level IR and differ in the description they pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetDesc:
+    name: str
+    cores: int               # parallel units the grid is spread over (0: decided at run time)
+    vector_bytes: int        # width of one vector instruction
+    local_bytes: int         # local memory a tile may use (UB, shared memory, a cache share)
+    alignment: int           # bytes every local row buffer is padded to
+    double_buffer: bool      # copy-in/out overlap compute (queue depth 2)
+    max_tile_rows: int = 64
+
+
+TARGETS: dict[str, TargetDesc] = {
+    # CPU: a tile's rows should stay in a core's L2 share; threads are counted at run time.
+    "cpu": TargetDesc("cpu", cores=0, vector_bytes=32, local_bytes=256 * 1024, alignment=64,
+                      double_buffer=False),
+    # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
+    "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
+                         alignment=32, double_buffer=True),
+    # NVIDIA sm_90: 48 KiB static shared memory per block without opt-in; 16-byte vectors.
+    "ptx": TargetDesc("ptx", cores=132, vector_bytes=16, local_bytes=48 * 1024, alignment=16,
+                      double_buffer=True),
+}
+TARGETS["ascend-sim"] = TARGETS["ascend"]
+
+
+def target(name: str) -> TargetDesc:
+    return TARGETS[name]
