@@ -157,6 +157,19 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
         _annotate(fn, plan, buffers, target)
 
 
+def _symbols(fn: Any) -> list[str]:
+    """Every shape symbol the kernel's types mention, sorted: the order of its ``dims``."""
+    found: set[str] = set()
+    types = list(fn.type.inputs) + list(fn.type.results)
+    for op in fn.regions[0].blocks[0].operations:
+        types.extend(r.type for r in op.results)
+    for t in types:
+        for d in tensor_info(t).shape:
+            if d != ELLIPSIS:
+                found |= d.symbols()
+    return sorted(found)
+
+
 def _annotate(fn: Any, plan: RowPlan, buffers: list[tuple[str, TensorInfo, int]],
               target: TargetDesc) -> None:
     row_bytes = Dim.const(0)
@@ -175,6 +188,7 @@ def _annotate(fn: Any, plan: RowPlan, buffers: list[tuple[str, TensorInfo, int]]
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
         "target": ir.StringAttr.get(target.name),
         "grid": _strs(plan.grid),
+        "symbols": _strs(_symbols(fn)),
         "row_bytes": ir.StringAttr.get(str(row_bytes)),
         "local_bytes": _i64(target.local_bytes),
         "tile_rows": _i64(tile_rows),
