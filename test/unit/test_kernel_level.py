@@ -102,3 +102,38 @@ def test_programs(name):
     text, shapes, grid, alt = PROGRAMS[name]
     got = _same(text, f"{name}.tile", "f", *[_rand(s, np.float32) for s in shapes])
     assert got == (alt if alt is not None else grid)
+
+
+FULL = "tile-shape-template,tile-canonicalize,cse,tile-fuse,tile-kernel{all=true}"
+
+
+def _close(got, want):
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        # fusion may rewrite x * sigmoid(x) to silu: equal up to float64 rounding
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                   rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,args", [
+    ("swiglu", [((2, 3, 10), np.float16)]),
+    ("rotary_emb", [((3, 4, 6), np.float16), ((3, 6), np.float32)]),
+    ("layernorm", [((2, 3, 7), np.float16)]),
+    ("rmsnorm", [((5, 7), ml_dtypes.bfloat16), ((7,), ml_dtypes.bfloat16)]),
+    ("rmsnorm", [((2048, 3), ml_dtypes.bfloat16), ((3,), ml_dtypes.bfloat16)]),
+])
+def test_fused_groups_become_kernels_called_by_the_host_function(name, args):
+    file = {"swiglu": "swiglu", "rotary_emb": "rope", "layernorm": "layernorm",
+            "rmsnorm": "rmsnorm_templated"}[name]
+    text = (OPS / f"{file}.tile").read_text()
+    values = [_rand(s, d) for s, d in args]
+    module = compile_source(text, f"{file}.tile")
+    with module.context:
+        run_pipeline(module, parse_pipeline(FULL))
+    host = [op for op in module.body.operations
+            if ir.StringAttr(op.attributes["sym_name"]).value == name][0]
+    calls = [op for op in host.regions[0].blocks[0].operations if op.operation.name == "func.call"]
+    assert len(calls) == 1          # one fused group, one kernel
+    _close(run(module, name, *values), run(compile_source(text, f"{file}.tile"), name, *values))

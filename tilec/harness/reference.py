@@ -266,8 +266,9 @@ def _strings(attr: Any) -> list[str]:
 class _Interpreter:
     """Evaluates blocks of tile ops under one symbol binding."""
 
-    def __init__(self, binding: Binding) -> None:
+    def __init__(self, binding: Binding, module: ir.Module | None = None) -> None:
         self.binding = binding
+        self.module = module
         self.point: tuple[int, ...] = ()         # the grid point a kernel body runs for
         self.stored: dict[Any, np.ndarray] = {}  # a kernel's outputs, filled row by row
 
@@ -306,7 +307,9 @@ class _Interpreter:
                 continue
             if name == "tile.hint":  # a pragma's note to the backends: no value changes
                 continue
-            if name == "tile.fused":
+            if name == "func.call":
+                outs = self.call(op, xs)
+            elif name == "tile.fused":
                 outs = self.block(op.regions[0].blocks[0], xs)
             elif name in _HANDLERS:
                 outs = [_HANDLERS[name](self, op, xs)]
@@ -317,6 +320,11 @@ class _Interpreter:
             for r, v in zip(op.results, outs):
                 env[r] = self.finish(op, r.type, v)
         raise ReferenceError("internal: a block without a terminator")
+
+    def call(self, op: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        """A kernel launched by a host function (tile-kernel outlines groups into them)."""
+        callee = find_function(self.module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        return _run_body(_Interpreter(bind_shapes(callee, xs), self.module), callee, xs)
 
     def finish(self, op: Any, t: ir.Type, value: np.ndarray) -> np.ndarray:
         """Wrap int32 results and check that the value has the result type's shape."""
@@ -619,7 +627,7 @@ def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
         if entry is not None:
             func_op = _dispatch(module, func_name, entry, values)
-        interpreter = _Interpreter(bind_shapes(func_op, values))
+        interpreter = _Interpreter(bind_shapes(func_op, values), module)
         outs = _run_body(interpreter, func_op, values)
         if len(outs) != len(func_op.type.results):
             raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "

@@ -1,8 +1,10 @@
 """tile-kernel: fused groups (tensor level) -> kernel-level IR.
 
-In: functions marked ``tile.fused`` (one group each, made by tile-fuse), or, with option
-``all=true``, every function.  Out: the same functions, whose body now describes ONE row of
-the kernel's grid (see :mod:`tilec.tiling.rows`):
+In: functions partitioned by tile-fuse into ``tile.fused`` groups (or, with option
+``all=true``, functions without groups, each then one kernel).  Out: each group outlined into
+a private kernel function called from where the group was (the calling function becomes the
+host-side schedule: checks, kernel calls, return), whose body describes ONE row of the
+kernel's grid (see :mod:`tilec.tiling.rows`):
 
     func.func private @swiglu__fused0(%arg0: tensor<?x?x?xf16, [...]>) -> tensor<...>
         attributes {tile.kernel = {grid = ["batch", "seq"], tile_rows = 0 : i64,
@@ -27,7 +29,7 @@ from ..diagnostics import TilecError
 from ..dialect.locations import span_of
 from ..dialect.types import TensorInfo, tensor_info
 from ..dims import ELLIPSIS, Dim
-from ..mlir import ir
+from ..mlir import func, ir
 from ..pipeline import PassContext, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
@@ -195,8 +197,46 @@ def _annotate(fn: Any, plan: RowPlan, buffers: list[tuple[str, TensorInfo, int]]
     })
 
 
+def outline(fn: Any) -> list[Any]:
+    """Move every ``tile.fused`` group of ``fn`` into a private function marked
+    ``tile.fused`` (``@FN__kGROUP``), called where the group was; the kernels made."""
+    kernels = []
+    fn_name = ir.StringAttr(fn.attributes["sym_name"]).value
+    groups = [op for op in fn.regions[0].blocks[0].operations
+              if op.operation.name == "tile.fused"]
+    for k, fused in enumerate(groups):
+        body = fused.regions[0].blocks[0]
+        yield_op = list(body.operations)[-1]
+        ftype = ir.FunctionType.get([a.type for a in body.arguments],
+                                    [v.type for v in yield_op.operands])
+        with fused.location, ir.InsertionPoint.after(fn):
+            kernel = func.FuncOp(f"{fn_name}__k{k}", ftype, visibility="private")
+            entry = kernel.add_entry_block()
+        info = {name: fused.attributes[name] for name in fused.attributes
+                if name.startswith("tile.")}
+        kernel.attributes[FUSED_ATTR] = ir.DictAttr.get(info)
+        for old, new in zip(body.arguments, entry.arguments):
+            old.replace_all_uses_with(new)
+        with fused.location, ir.InsertionPoint(entry):
+            for op in list(body.operations)[:-1]:
+                op.detach_from_parent()
+                ir.InsertionPoint.current.insert(op)
+            func.ReturnOp(list(yield_op.operands), loc=yield_op.location)
+        yield_op.erase()
+        with fused.location, ir.InsertionPoint(fused):
+            call = func.CallOp(list(ftype.results), kernel.sym_name.value,
+                               list(fused.operands))
+        for old, new in zip(fused.results, call.results):
+            old.replace_all_uses_with(new)
+        fused.erase()
+        kernels.append(kernel)
+    return kernels
+
+
 @register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target")
 def tile_kernel(module: ir.Module, pc: PassContext) -> None:
+    """Outline each fused group into a kernel function and kernelize it (module docstring).
+    With ``all=true`` a function without groups is itself one kernel."""
     target_name = pc.options.get("target", "cpu")
     if target_name not in TARGETS:
         raise TilecError(f"tile-kernel: unknown target '{target_name}'")
@@ -204,5 +244,8 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
     for fn in list(module.body.operations):
         if fn.operation.name != "func.func" or KERNEL_ATTR in fn.attributes:
             continue
-        if every or FUSED_ATTR in fn.attributes:
-            kernelize(fn, TARGETS[target_name])
+        kernels = outline(fn)
+        if not kernels and (every or FUSED_ATTR in fn.attributes):
+            kernels = [fn]
+        for kernel in kernels:
+            kernelize(kernel, TARGETS[target_name])
