@@ -6,6 +6,7 @@ so (exit 2) instead of showing a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from typing import Callable, Sequence
@@ -59,6 +60,8 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-ir-after", action="append", default=[], metavar="PASS",
                    help="print the IR to stderr after PASS")
     p.add_argument("--time-passes", action="store_true", help="report pass timings on stderr")
+    p.add_argument("--verify-each", action="store_true",
+                   help="verify the tile IR before the pass pipeline and after every pass")
     p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true",
                    help="print source locations on every op")
     return p
@@ -95,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             no_generic=args.no_generic, opt_level=args.opt_level,
             pass_pipeline=args.pass_pipeline, print_ir_after_all=args.print_ir_after_all,
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
-            debug_info=args.debug_info)
+            verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
         out = compile_text(text, args.file, options, default_sink())
         if args.output:
@@ -107,37 +110,92 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _guarded(run)
 
 
+SPLIT_MARKER = "// -----"
+
+
+def split_input(text: str) -> list[str]:
+    """The ``// -----`` separated chunks of ``text``, each preceded by as many empty lines as
+    the file has before it, so that locations in a chunk keep the file's line numbers."""
+    chunks: list[str] = []
+    lines_before = 0
+    for part in re.split(rf"^{SPLIT_MARKER}[^\n]*(?:\n|$)", text, flags=re.M):
+        chunks.append("\n" * lines_before + part)
+        lines_before += part.count("\n") + 1
+    return chunks
+
+
+def _opt_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tilec-opt", description="Run passes on tile IR and print the result.")
+    p.add_argument("file", help="tile IR (.mlir), or - for stdin")
+    p.add_argument("-p", "--passes", default="", help="PASS[,PASS...]")
+    p.add_argument("-o", dest="output")
+    p.add_argument("--split-input-file", action="store_true",
+                   help=f"run on each '{SPLIT_MARKER}' separated part of the input on its own "
+                   "and print the results separated the same way")
+    p.add_argument("--verify-each", action=argparse.BooleanOptionalAction, default=True,
+                   help="verify the input and the IR after every pass (default: on)")
+    p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true")
+    return p
+
+
+def _located_in(error: TilecError, name: str) -> TilecError:
+    """``Module.parse`` calls its input '-': name the file instead in an error's location."""
+    span = error.span
+    if span is None or span.file != "-":
+        return error
+    return TilecError(error.message, dataclasses.replace(span, file=name),
+                      error.diagnostic.notes)
+
+
 def opt_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:
         from . import passes  # noqa: F401  (registers the tilec passes)
         from .dialect import make_context
+        from .dialect.verify import verify_module
+        from .driver import verify_after
         from .mlir import ir
         from .pipeline import parse_pipeline, run_pipeline
 
-        p = _Parser(prog="tilec-opt", description="Run passes on tile IR and print the result.")
-        p.add_argument("file", help="tile IR (.mlir), or - for stdin")
-        p.add_argument("-p", "--passes", default="", help="PASS[,PASS...]")
-        p.add_argument("-o", dest="output")
-        p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true")
-        args = p.parse_args(argv)
+        args = _opt_parser().parse_args(argv)
         name = "<stdin>" if args.file == "-" else args.file
         text = sys.stdin.read() if args.file == "-" else read_source(args.file)
         register_source(name, text)
-        with make_context():
+        steps = parse_pipeline(args.passes) if args.passes else []
+
+        def process(chunk: str) -> str:
             try:
-                module = ir.Module.parse(text)
+                module = ir.Module.parse(chunk)
             except ir.MLIRError as e:
                 raise TilecError(f"{name}: cannot parse IR: {e}") from None
-            steps = parse_pipeline(args.passes) if args.passes else []
-            run_pipeline(module, steps, default_sink())
-            out = module.operation.get_asm(enable_debug_info=args.debug_info)
+            try:
+                if args.verify_each:
+                    verify_module(module)
+                run_pipeline(module, steps, default_sink(),
+                             verify_after if args.verify_each else None)
+            except TilecError as e:
+                raise _located_in(e, name) from None
+            return module.operation.get_asm(enable_debug_info=args.debug_info)
+
+        chunks = split_input(text) if args.split_input_file else [text]
+        outputs: list[str] = []
+        status = 0
+        with make_context():
+            for chunk in chunks:
+                try:
+                    outputs.append(process(chunk))
+                except TilecError as e:
+                    if len(chunks) == 1:
+                        raise
+                    print(e.render(), file=sys.stderr)
+                    status = 1
+        out = f"{SPLIT_MARKER}\n".join(outputs)
         if args.output:
             write_atomic(args.output, out)
         else:
             sys.stdout.write(out)
-        return 0
+        return status
 
     return _guarded(run)
 

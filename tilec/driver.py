@@ -1,6 +1,7 @@
 """The compile driver: source file -> the stage the user asked for.
 
-Stages, in order: ``ast`` (parser), ``ir`` (irgen), ``opt`` (the tensor-level pass pipeline).
+Stages, in order: ``ast`` (parser), ``ir`` (irgen), ``opt`` (the tensor-level pass pipeline),
+``kernel`` (kernel-level IR for the target).
 Later stages belong to the backends.  Only this module and ``cli`` read files and write outputs.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ class CompileOptions:
     print_ir_after_all: bool = False
     print_ir_after: tuple[str, ...] = ()
     time_passes: bool = False
+    verify_each: bool = False             # verify the IR before the pipeline and after each pass
     debug_info: bool = False
 
     def sema(self) -> SemaOptions:
@@ -73,8 +75,20 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
         optimize(module, options, sink)
         if options.emit == "opt":
             return print_module(module, options.debug_info)
+        build_kernels(module, options, sink)
+        if options.emit == "kernel":
+            return print_module(module, options.debug_info)
     raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
-                     "at --emit=ir")
+                     "at --emit=kernel")
+
+
+def build_kernels(module, options: CompileOptions, sink: DiagnosticSink) -> None:
+    """Kernel level: outline fused groups (or whole functions, at -O0) into kernels for the
+    target's description."""
+    from .pipeline import parse_pipeline, run_pipeline
+
+    target = "ascend" if options.target == "ascend-sim" else options.target
+    run_pipeline(module, parse_pipeline(f"tile-kernel{{all=true target={target}}}"), sink)
 
 
 def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
@@ -88,6 +102,8 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         steps = [(k, (p[0], {**p[1], "no-generic": "true"}))
                  if k == "tilec" and p[0].name == "tile-shape-template" else (k, p)
                  for k, p in steps]
+    if options.verify_each:
+        verify_after("irgen", module)
     timings: list[tuple[str, float]] = []
     last = [time.perf_counter()]
 
@@ -97,6 +113,8 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         if options.print_ir_after_all or name in options.print_ir_after:
             print(f"// -----// IR Dump After {name} //----- //", file=sys.stderr)
             print(print_module(mod, options.debug_info), file=sys.stderr)
+        if options.verify_each:
+            verify_after(name, mod)
         last[0] = time.perf_counter()
 
     run_pipeline(module, steps, sink, after_each)
@@ -108,6 +126,17 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         print(f"  Total: {total * 1e3:.3f} ms", file=sys.stderr)
         for name, t in timings:
             print(f"  {t * 1e3:9.3f} ms ({100 * t / total:5.1f}%)  {name}", file=sys.stderr)
+
+
+def verify_after(stage: str, module) -> None:
+    """``--verify-each``: the tile IR that ``stage`` produced must verify; the error says which
+    stage broke it."""
+    from .dialect.verify import verify_module
+
+    try:
+        verify_module(module)
+    except TilecError as e:
+        raise TilecError(f"IR after {stage} does not verify: {e.message}", e.span) from None
 
 
 def write_atomic(path: str, data: str | bytes) -> None:

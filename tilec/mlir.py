@@ -5,7 +5,8 @@ carrier (a standalone ``mlir`` wheel, a source build) means editing this file on
 """
 from torch_mlir import ir, passmanager, rewrite  # noqa: F401
 from torch_mlir.dialects import arith, builtin, ext, func, math, memref, scf  # noqa: F401
+from torch_mlir.dialects.llvm import translate_module_to_llvmir  # noqa: F401
 from torch_mlir.dialects.ext import Dialect, Operand, Result, result  # noqa: F401
 
 __all__ = ["ir", "passmanager", "rewrite", "arith", "builtin", "ext", "func", "math", "memref",
-           "scf", "Dialect", "Operand", "Result", "result"]
+           "scf", "translate_module_to_llvmir", "Dialect", "Operand", "Result", "result"]

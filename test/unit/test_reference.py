@@ -769,13 +769,16 @@ def test_rope(tokens: int, heads: int, half: int) -> None:
 
 def test_fused_region() -> None:
     t = ty("float32", "n")
+    runs = "array<i32: 2, 0, 0, 0, 0, 0, 0, 0>"  # operand/result segments (ops.TYPE_RUNS)
     inner = f'''    %e = "tile.exp"(%p) : ({t}) -> {t}
     %m = "tile.mul"(%e, %q) : ({t}, {t}) -> {t}
-    "tile.yield"(%m, %e) : ({t}, {t}) -> ()'''
+    "tile.yield"(%m, %e) {{operandSegmentSizes = {runs}}}
+      : ({t}, {t}) -> ()'''
     body = f'''  %0:2 = "tile.fused"(%a, %b) ({{
   ^bb0(%p: {t}, %q: {t}):
 {inner}
-  }}) : ({t}, {t}) -> ({t}, {t})
+  }}) {{operandSegmentSizes = {runs}, resultSegmentSizes = {runs}}}
+      : ({t}, {t}) -> ({t}, {t})
   %1 = "tile.add"(%0#0, %0#1) : ({t}, {t}) -> {t}
   return %1, %0#1 : {t}, {t}'''
     mod = parse(func([("a", t), ("b", t)], [t, t], body))

@@ -92,6 +92,8 @@ def tensor_info(t: ir.Type) -> TensorInfo:
     if elt not in DTYPE_FROM_MLIR:
         raise ValueError(f"unsupported element type {elt} in {t}")
     if t.encoding is None:
+        if not t.has_static_shape:
+            raise ValueError(f"{t} has dynamic dimensions but no encoding naming them")
         shape = tuple(Dim.const(s) for s in t.shape)
     else:
         entries = [ir.StringAttr(a).value for a in ir.ArrayAttr(t.encoding)]

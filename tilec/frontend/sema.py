@@ -148,7 +148,9 @@ def _dtype(name: str, span: Span) -> str:
 
 
 def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    hint = difflib.get_close_matches(name, list(candidates), n=1)
+    candidates = list(candidates)
+    hint = [c for c in candidates if c.lower() == name.lower()] or \
+        difflib.get_close_matches(name, candidates, n=1)
     return f" (did you mean '{hint[0]}'?)" if hint else ""
 
 
@@ -317,6 +319,7 @@ class FunctionAnalyzer:
             self.lead_names = [f"${i}" for i in range(lead)]
         self.env: dict[str, Value] = {}
         self.env_spans: dict[str, Span] = {}
+        self.bound: set[str] | None = None      # top level: the symbols the parameters bind
         self.subst: dict[str, Dim] = {}          # this function's symbols -> root dims
         self.prefix: Shape | None = None         # what `...` stands for, in root dims
         self.pragmas = [p for p in program.file_pragmas]
@@ -343,18 +346,27 @@ class FunctionAnalyzer:
                                      d.span)
                 dims.extend(self.prefix)
             else:
-                dims.append(self._subst_dim(dim_of(d), d.span))
+                dims.append(self._extent(d, "dimension"))
         return TensorInfo(dtype, tuple(dims)), False
+
+    def _extent(self, expr: ast.Expr, what: str) -> Dim:
+        """A dimension of a type or a reshape target: never negative."""
+        written = dim_of(expr)
+        d = self._subst_dim(written, expr.span)
+        if d.nonneg() is False:
+            given = f" with the symbols given ({d})" if d != written else ""
+            raise TilecError(f"{what} '{written}' is negative{given}", expr.span)
+        return d
 
     def _subst_dim(self, d: Dim, span: Span) -> Dim:
         env = dict(self.subst)
         for s in d.symbols():
-            if s not in env and self.parent is None:
+            if s not in env and self.parent is None and (self.bound is None or s in self.bound):
                 env[s] = Dim.sym(s)
         missing = d.symbols() - set(env)
         if missing:
-            raise TilecError("shape symbol '" + sorted(missing)[0] + "' is not bound by any "
-                             "parameter of the function", span)
+            raise TilecError(f"shape symbol '{sorted(missing)[0]}' is not bound by any parameter",
+                             span)
         out = d.subst(env)
         for term in out.terms.values():
             if out.is_const() and term.denominator != 1:
@@ -372,8 +384,9 @@ class FunctionAnalyzer:
             self.prefix = (ELLIPSIS,) + tuple(Dim.sym(n) for n in self.lead_names)
         params = self._declare_params()
         symbols = self._free_symbols(params)
+        self.bound = {s for p in params for d in p.type.dims for s in d.symbols()}
         result_types = [self.type_of(t)[0] for t in f.results]
-        self._check_bindable(params, result_types)
+        self._check_bindable(params)
         results = self._run_body(result_types)
         templates = self._templates(symbols)
         return TypedFunction(
@@ -428,7 +441,7 @@ class FunctionAnalyzer:
                             order.append(s)
         return order
 
-    def _check_bindable(self, params: list[ParamInfo], result_types: list[TensorInfo]) -> None:
+    def _check_bindable(self, params: list[ParamInfo]) -> None:
         """Every free symbol must be recoverable from the parameter shapes at run time."""
         known: set[str] = set()
         dims = [(d, p) for p in params for d in p.type.dims]
@@ -445,12 +458,6 @@ class FunctionAnalyzer:
                 raise TilecError(f"cannot bind symbols of dimension '{d}' of parameter "
                                  f"'{p.name}' from shapes: give each symbol a dimension of its "
                                  "own (e.g. Tensor[a, b] rather than Tensor[a*b])", p.span)
-        for t, texpr in zip(result_types, self.fdef.results):
-            for d in t.dims:
-                free = d.symbols() - known
-                if free:
-                    raise TilecError(f"symbol '{sorted(free)[0]}' of the result type is not "
-                                     "bound by any parameter", texpr.span)
 
     def _templates(self, symbols: list[str]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -579,6 +586,8 @@ class FunctionAnalyzer:
                 return self.env[e.id]
             if e.id in BUILTINS or e.id in self.program.functions:
                 raise TilecError(f"'{e.id}' is a function; call it as {e.id}(...)", e.span)
+            if e.id in _symbols_of(self.fdef):
+                raise TilecError(f"'{e.id}' is a shape symbol, not a value", e.span)
             raise TilecError(f"unknown name '{e.id}'{_did_you_mean(e.id, self.env)}", e.span)
         if isinstance(e, ast.Bool):
             raise TilecError("'true'/'false' may only be given as a keyword argument", e.span)
@@ -586,7 +595,7 @@ class FunctionAnalyzer:
             x = self.expr(e.operand)
             if isinstance(x, Weak):
                 return Weak(-x.value, e.span)
-            return self.unary("neg", x, e.span)
+            return self.unary("neg", x, e.span, e.operand.span)
         if isinstance(e, ast.BinOp):
             return self._binop(e)
         if isinstance(e, ast.Call):
@@ -705,8 +714,9 @@ class FunctionAnalyzer:
     def broadcast_all(self, xs: Sequence[Value], shape: Shape) -> list[Value]:
         return [self.broadcast_to(x, shape, x.span) for x in xs]
 
-    def unary(self, name: str, x: Operand, span: Span) -> Value:
-        x = self._tensor(x, span) if isinstance(x, Value) else self.materialize(x, None)
+    def unary(self, name: str, x: Operand, span: Span, operand_span: Span | None = None) -> Value:
+        x = self._tensor(x, operand_span or span) if isinstance(x, Value) else \
+            self.materialize(x, None)
         if x.type.dtype == "int32" and name in FLOAT_ONLY_UNARY:
             raise TilecError(f"{name} needs a floating-point operand, not int32; use "
                              "cast(x, float32)", span)
@@ -774,8 +784,11 @@ class FunctionAnalyzer:
 
     def _call_user(self, e: ast.Call) -> list[Value]:
         callee = self.program.functions[e.func]
-        if self.depth >= MAX_INLINE_DEPTH or self._on_stack(callee):
+        if self._on_stack(callee):
             raise TilecError(f"recursive call of '{e.func}' cannot be inlined", e.func_span)
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise TilecError(f"calls nested more than {MAX_INLINE_DEPTH} deep cannot be inlined",
+                             e.func_span)
         params = [p.name for p in callee.params]
         defaults = {p.name: p.default for p in callee.params if p.default is not None}
         bound = self._bind_args(e, params, defaults)
@@ -894,7 +907,7 @@ class FunctionAnalyzer:
         bound = self._bind_args(e, params, defaults)
         arg = lambda p: bound[p]  # noqa: E731
         if name in UNARY_OPS:
-            return self.unary(name, self.expr(arg("x").value), e.span)
+            return self.unary(name, self.expr(arg("x").value), e.span, arg("x").span)
         if name in ("max", "min", "pow"):
             a, b = arg("a"), arg("b")
             return self.binary(name, self.expr(a.value), self.expr(b.value), e.span,
@@ -909,8 +922,8 @@ class FunctionAnalyzer:
                 raise TilecError("cast expects a dtype name as its second argument, e.g. "
                                  "cast(x, float32)", d.span)
             dtype = _dtype(d.id, d.span)
-            if dtype == x.type.dtype:
-                return x
+            # a cast is a rounding point even to the same type (x * y rounds to float32 here);
+            # tile-canonicalize drops it where the value already has that type exactly
             return self.emit("cast", [x], {}, x.type.with_dtype(dtype), e.span)
         if name.startswith("reduce_"):
             return self._reduce(e, name[len("reduce_"):], bound)
@@ -1050,8 +1063,7 @@ class FunctionAnalyzer:
             if isinstance(item, ast.Unary) and isinstance(item.operand, ast.Num):
                 raise TilecError("reshape dimensions must be non-negative (no -1: give every "
                                  "dimension)", item.span)
-            d = self._subst_dim(dim_of(item), item.span)
-            dims.append(d)
+            dims.append(self._extent(item, "reshape dimension"))
         before = _product(x.type.dims)
         after = _product(dims)
         if before != after:

@@ -577,6 +577,7 @@ class Dispatch:
 
 
 def dispatch_entry(module: ir.Module, func_name: str) -> Dispatch | None:
+    """``func_name``'s entry in the module's dispatch table; None when it has none."""
     attrs = module.operation.attributes
     if DISPATCH_ATTR not in attrs or func_name not in ir.DictAttr(attrs[DISPATCH_ATTR]):
         return None

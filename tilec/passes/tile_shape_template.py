@@ -1,0 +1,190 @@
+"""tile-shape-template: one specialised clone of a function per shape-template binding.
+
+In: tile IR whose ``func.func`` ops may carry ``tile.templates = {SYM = array<i64: v, ...>}``
+(irgen, from ``#pragma shape_template`` and ``--template``).  Out: for every binding (the
+cartesian product of the templates) a clone ``NAME__SYM_V[__SYM2_V2]`` placed after the generic
+function, with the bound symbols folded into every tensor type, slice bound and ``tile.check``;
+the generic function itself unless the option ``no-generic=true``; and the dispatch table
+``tile.dispatch`` on the module (see :mod:`tilec.dialect` for the attributes).  A function
+without ``tile.templates`` (already specialised, or never templated) is left alone, so running
+the pass twice changes nothing.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..diagnostics import TilecError
+from ..dialect import (BINDING_ATTR, DISPATCH_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR,
+                       VARIANT_OF_ATTR, tensor_info)
+from ..dialect.locations import span_of
+from ..dims import Dim, parse_dim
+from ..mlir import func, ir
+from ..pipeline import PassContext, register
+
+MAX_VARIANTS = 64
+OPTIONS = ("no-generic",)
+
+Binding = dict[str, int]
+
+
+@register("tile-shape-template",
+          "clone each templated function per binding and record the dispatch table")
+def shape_template(module: ir.Module, pc: PassContext) -> None:
+    """Specialise every function that has ``tile.templates``; ``no-generic=true`` drops the
+    generic functions, leaving ``generic = ""`` in their dispatch entries."""
+    keep_generic = not _no_generic(pc.options)
+    functions = [op for op in module.body.operations if isinstance(op, func.FuncOp)]
+    templated = [f for f in functions if TEMPLATES_ATTR in f.attributes]
+    if not templated:
+        return
+    taken = {f.name.value for f in functions}
+    attrs = module.operation.attributes
+    table = {n.name: n.attr for n in ir.DictAttr(attrs[DISPATCH_ATTR])} \
+        if DISPATCH_ATTR in attrs else {}
+    for f in templated:
+        name = f.name.value  # before _specialise, which may erase f
+        table[name] = _specialise(f, taken, keep_generic)
+    attrs[DISPATCH_ATTR] = ir.DictAttr.get(table)
+
+
+def _no_generic(options: dict[str, str]) -> bool:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TilecError(f"tile-shape-template has no option '{unknown[0]}'; options: "
+                         + ", ".join(OPTIONS))
+    value = options.get("no-generic", "false")
+    if value not in ("true", "false"):
+        raise TilecError(f"tile-shape-template: no-generic expects true or false, got '{value}'")
+    return value == "true"
+
+
+def bindings_of(f: func.FuncOp) -> list[Binding]:
+    """The cartesian product of ``f``'s templates, symbols in ABI (``tile.symbols``) order."""
+    templates = {n.name: list(n.attr) for n in ir.DictAttr(f.attributes[TEMPLATES_ATTR])}
+    abi = [ir.StringAttr(s).value for s in f.attributes[SYMBOLS_ATTR]]
+    order = sorted(templates, key=lambda s: (abi.index(s) if s in abi else len(abi), s))
+    count = math.prod(len(values) for values in templates.values())
+    if count > MAX_VARIANTS:
+        sizes = " x ".join(f"{len(templates[s])} ({s})" for s in order)
+        raise TilecError(f"shape templates of '{f.name.value}' make {sizes} = {count} variants; "
+                         f"at most {MAX_VARIANTS} are allowed", span_of(f.location))
+    return [dict(zip(order, values)) for values in itertools.product(*map(templates.get, order))]
+
+
+def variant_name(name: str, binding: Binding) -> str:
+    return name + "".join(f"__{sym}_{value}" for sym, value in binding.items())
+
+
+def binding_text(binding: Binding) -> str:
+    return ", ".join(f"{sym} = {value}" for sym, value in binding.items())
+
+
+def _binding_attr(binding: Binding) -> ir.DictAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.DictAttr.get({s: ir.IntegerAttr.get(i64, v) for s, v in binding.items()})
+
+
+def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool) -> ir.DictAttr:
+    """Insert ``f``'s variants after it, drop ``f`` unless ``keep_generic``; its dispatch
+    entry."""
+    name = f.name.value
+    bindings = bindings_of(f)
+    del f.attributes[TEMPLATES_ATTR]
+    entries = []
+    anchor = f.operation
+    for binding in bindings:
+        vname = variant_name(name, binding)
+        if vname in taken:
+            raise TilecError(f"variant '{vname}' of '{name}' has the name of another function",
+                             span_of(f.location))
+        taken.add(vname)
+        clone = f.operation.clone(ip=ir.InsertionPoint.after(anchor))
+        anchor = clone
+        clone.attributes["sym_name"] = ir.StringAttr.get(vname)
+        clone.attributes[VARIANT_OF_ATTR] = ir.StringAttr.get(name)
+        clone.attributes[BINDING_ATTR] = binding_attr = _binding_attr(binding)
+        _Folder(binding, vname).function(clone)
+        entries.append(ir.DictAttr.get({"fn": ir.StringAttr.get(vname),
+                                        "binding": binding_attr}))
+    if not keep_generic:
+        f.operation.erase()
+    return ir.DictAttr.get({"generic": ir.StringAttr.get(name if keep_generic else ""),
+                            "variants": ir.ArrayAttr.get(entries)})
+
+
+def _nested_ops(root: ir.Operation) -> list[ir.Operation]:
+    """``root`` and every op inside it (collected first: errors cannot cross a walk)."""
+    found: list[ir.Operation] = []
+
+    def collect(op: ir.Operation) -> ir.WalkResult:
+        found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(collect)
+    return found
+
+
+class _Folder:
+    """Substitutes one binding into a cloned function, in place."""
+
+    def __init__(self, binding: Binding, variant: str) -> None:
+        self.env = {sym: Dim.const(value) for sym, value in binding.items()}
+        self.where = f"in variant '{variant}' ({binding_text(binding)})"
+
+    def function(self, f: ir.Operation) -> None:
+        with f.location:
+            signature = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+            f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+                [self.type(t, f) for t in signature.inputs],
+                [self.type(t, f) for t in signature.results]))
+            for op in _nested_ops(f):
+                if self.op(op):
+                    op.erase()
+
+    def op(self, op: ir.Operation) -> bool:
+        """Fold the types of ``op``'s results and block arguments and its dimension
+        attributes; True for a check that now always holds."""
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    arg.set_type(self.type(arg.type, op))
+        for res in op.results:
+            res.set_type(self.type(res.type, op))
+        if op.name == "tile.slice":
+            for key in ("starts", "ends"):
+                bounds = [self.dim(parse_dim(ir.StringAttr(a).value), op)
+                          for a in op.attributes[key]]
+                op.attributes[key] = ir.ArrayAttr.get([ir.StringAttr.get(str(d)) for d in bounds])
+        return op.name == "tile.check" and self.check(op)
+
+    def type(self, t: ir.Type, op: ir.Operation) -> ir.Type:
+        if not isinstance(t, ir.RankedTensorType) or t.encoding is None:
+            return t
+        info = tensor_info(t)
+        return info.with_dims(tuple(self.dim(d, op) for d in info.dims)).to_mlir()
+
+    def dim(self, d: Dim, op: ir.Operation) -> Dim:
+        folded = d.subst(self.env)
+        if folded.is_const() and (folded.value is None or folded.value < 0):
+            raise TilecError(f"{self.where}: dimension '{d}' is {folded}, not a non-negative "
+                             "integer", span_of(op.location))
+        return folded
+
+    def check(self, op: ir.Operation) -> bool:
+        """Fold a ``tile.check``; True when it now always holds, an error when it never can."""
+        attrs = op.attributes
+        lhs = parse_dim(attrs["lhs"].value).subst(self.env)
+        rhs = parse_dim(attrs["rhs"].value).subst(self.env)
+        gap = rhs - lhs
+        if attrs["rel"].value == "le":
+            holds = gap.nonneg()
+        else:
+            holds = (gap == Dim.const(0)) if gap.is_const() else None
+        if holds is False:
+            broken = ">" if attrs["rel"].value == "le" else "!="
+            raise TilecError(f"{self.where}: {attrs['message'].value} ({lhs} {broken} {rhs})",
+                             span_of(op.location))
+        attrs["lhs"] = ir.StringAttr.get(str(lhs))
+        attrs["rhs"] = ir.StringAttr.get(str(rhs))
+        return holds is True
