@@ -7,12 +7,12 @@ the ``FileLineColLoc`` of its source.  Function metadata follows the conventions
 from __future__ import annotations
 
 from ..diagnostics import Span
-from ..dialect import ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, LEAD_ATTR, SYMBOLS_ATTR
+from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
+                       TEMPLATES_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
 
-TEMPLATES_ATTR = "tile.templates"
 
 
 def loc(span: Span) -> ir.Location:
