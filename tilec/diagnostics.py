@@ -46,9 +46,9 @@ def source_line(file: str, line: int) -> str | None:
     text = _SOURCES.get(file)
     if text is None:
         return None
-    lines = text.split("\n")
+    lines = text.split("\n")  # as the lexer counts lines
     if 1 <= line <= len(lines):
-        return lines[line - 1]
+        return lines[line - 1].removesuffix("\r")
     return None
 
 

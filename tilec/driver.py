@@ -6,6 +6,9 @@ Later stages belong to the backends.  Only this module and ``cli`` read files an
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -35,6 +38,8 @@ class CompileOptions:
     time_passes: bool = False
     verify_each: bool = False             # verify the IR before the pipeline and after each pass
     debug_info: bool = False
+    arch: str = ""                        # "" = the target's default (cpu: x86-64-v3)
+    test_break: str = ""                  # a function whose library output is perturbed (tests)
 
     def sema(self) -> SemaOptions:
         return SemaOptions(dict(self.defines), {k: list(v) for k, v in self.templates.items()})
@@ -45,7 +50,7 @@ def read_source(path: str) -> str:
         data = Path(path).read_bytes()
     except OSError as e:
         raise TilecError(f"cannot read '{path}': {e.strerror or e}") from None
-    return data.decode("utf-8", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")   # a leading BOM is not program text
 
 
 def print_module(module, debug_info: bool) -> str:
@@ -78,8 +83,99 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
         build_kernels(module, options, sink)
         if options.emit == "kernel":
             return print_module(module, options.debug_info)
+        if options.emit == "llvm" and options.target == "cpu":
+            from .codegen.cpu import emit_llvm_ir
+            return emit_llvm_ir(module, cpu_arch(options))
     raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
                      "at --emit=kernel")
+
+
+BINARY_STAGES = ("obj", "so")
+CPU_ARCHES = ("x86-64-v3", "native")
+
+
+def kernel_module(text: str, file: str, options: CompileOptions, sink: DiagnosticSink):
+    """``text`` lowered to kernel-level IR (in the current MLIR context)."""
+    from .frontend.irgen import build_module
+    from .frontend.parser import parse
+    from .frontend.sema import analyze
+
+    module = build_module(analyze(parse(text, file), options.sema(), sink), file)
+    optimize(module, options, sink)
+    build_kernels(module, options, sink)
+    return module
+
+
+def cpu_arch(options: CompileOptions) -> str:
+    """The ``--arch`` of a cpu build, checked (default x86-64-v3)."""
+    arch = options.arch or CPU_ARCHES[0]
+    if arch not in CPU_ARCHES:
+        raise TilecError(f"unknown --arch '{arch}' for --target cpu; expected one of "
+                         + ", ".join(CPU_ARCHES))
+    return arch
+
+
+def compile_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                   name: str) -> dict[str, bytes]:
+    """Stage ``obj`` (the kernels' object file) or ``so`` (a shared library named ``name``
+    and its header): each file keyed by the suffix it takes beside the output ("" for the
+    output itself, ".h" for the header).  The C compiler is ``$CC``, else ``cc``."""
+    if options.target != "cpu":
+        raise TilecError(f"--emit={options.emit} is not implemented yet for --target "
+                         f"{options.target}")
+    arch = cpu_arch(options)
+    from .codegen.cpu import compile_kernels
+    from .codegen.cpu.host import generate
+    from .codegen.cpu.link import link
+    from .dialect import make_context
+
+    with make_context():
+        module = kernel_module(text, file, options, sink)
+        host = generate(module, name=name, source=file, arch=arch,
+                        test_break=options.test_break)
+        kernels = compile_kernels(module, arch)
+    if options.emit == "obj":
+        return {"": kernels.object}
+    library = link(host, kernels.object, os.environ.get("CC") or "cc")
+    return {".h": host.header.encode(), "": library}
+
+
+def cache_dir() -> Path:
+    """Where :mod:`tilec.api` caches libraries: ``$TILEC_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tilec``, else ``~/.cache/tilec``."""
+    if os.environ.get("TILEC_CACHE_DIR"):
+        return Path(os.environ["TILEC_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilec"
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_digest() -> str:
+    """A digest of tilec itself: its sources, templates, runtime and grammar."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".c", ".h", ".j2", ".lark") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def build_digest(text: str, file: str, options: dict) -> str:
+    """The cache key of a library: source, file name, options, tilec, the C compiler and,
+    for ``--arch native``, the host CPU."""
+    host = ""
+    if options.get("arch") == "native":
+        import llvmlite.binding as llvm
+        host = llvm.get_host_cpu_name() + llvm.get_host_cpu_features().flatten()
+    key = {"text": text, "file": file, "options": options, "tilec": _compiler_digest(),
+           "cc": os.environ.get("CC") or "cc", "host": host}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write_outputs(path: str, files: dict[str, bytes]) -> None:
+    """Write each file of :func:`compile_binary` atomically beside ``path`` (its suffix
+    replacing the extension), ``path`` itself last."""
+    for suffix, data in sorted(files.items(), key=lambda item: item[0] == ""):
+        write_atomic(str(Path(path).with_suffix(suffix)) if suffix else path, data)
 
 
 def build_kernels(module, options: CompileOptions, sink: DiagnosticSink) -> None:
