@@ -1,2 +1,25 @@
-"""tilec: an ahead-of-time compiler for AI operators written in the .tile language."""
+"""tilec: an ahead-of-time compiler for AI operators written in the .tile language.
+
+``tilec.load(path)`` loads a built library (NumPy only: no compiler, no MLIR);
+``tilec.compile(path, target="cpu", **options)`` and ``tilec.compile_string(text, ...)``
+build one in-process and load it.  They are imported on first use, so ``import tilec`` stays
+light.
+"""
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+_LAZY = {"load": "tilec.runtime.loader", "compile": "tilec.api", "compile_string": "tilec.api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tilec' has no attribute '{name}'")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))

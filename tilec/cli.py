@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .diagnostics import TilecError, default_sink, register_source
-from .driver import ALL_STAGES, TARGETS, CompileOptions, compile_text, read_source, write_atomic
+from .driver import (ALL_STAGES, BINARY_STAGES, TARGETS, CompileOptions, compile_binary,
+                     compile_text, read_source, write_atomic, write_outputs)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,13 +42,11 @@ def _template(text: str) -> tuple[str, list[int]]:
     return m.group(1), values
 
 
-def _compile_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.")
-    p.add_argument("file", help="the .tile source")
-    p.add_argument("-o", dest="output", help="output path (written atomically); stdout if absent")
-    p.add_argument("--emit", default="so", choices=ALL_STAGES, metavar="STAGE",
-                   help="stage to produce: " + " ".join(ALL_STAGES) + " (default: so)")
+def _add_build_options(p: argparse.ArgumentParser) -> None:
+    """The options that change what is built (shared by compiling and ``tilec verify``)."""
     p.add_argument("--target", default="cpu", choices=TARGETS)
+    p.add_argument("--arch", default="",
+                   help="cpu: x86-64-v3 (default) or native (tune for this machine)")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
                    help="fix shape symbol SYM to V")
     p.add_argument("--template", dest="templates", action="append", default=[],
@@ -54,6 +55,28 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="with templates: drop the generic kernel")
     p.add_argument("-O", dest="opt_level", type=int, default=2, choices=range(4),
                    metavar="N", help="optimisation level 0-3 (default 2)")
+
+
+def _build_options(args: argparse.Namespace) -> dict:
+    """CompileOptions fields from :func:`_add_build_options`; the test hook
+    ``TILEC_TEST_BREAK_KERNEL=FUNCTION`` makes a library perturb that function's output."""
+    return {"target": args.target, "arch": args.arch,
+            "defines": dict(_define(d) for d in args.defines),
+            "templates": dict(_template(t) for t in args.templates),
+            "no_generic": args.no_generic, "opt_level": args.opt_level,
+            "test_break": os.environ.get("TILEC_TEST_BREAK_KERNEL", "")}
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.")
+    p.add_argument("file", help="the .tile source")
+    p.add_argument("-o", dest="output",
+                   help="output path (written atomically; a library's header goes beside it); "
+                        "if absent, text stages go to stdout, obj/so to the source's stem in "
+                        "the current directory")
+    p.add_argument("--emit", default="so", choices=ALL_STAGES, metavar="STAGE",
+                   help="stage to produce: " + " ".join(ALL_STAGES) + " (default: so)")
+    _add_build_options(p)
     p.add_argument("--pass-pipeline", help="run this pipeline instead of the default")
     p.add_argument("--print-ir-after-all", action="store_true",
                    help="print the IR to stderr after every pass")
@@ -88,24 +111,55 @@ def _guarded(body: Callable[[], int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["verify"]:
+        return verify_main(argv[1:])
 
     def run() -> int:
         args = _compile_parser().parse_args(argv)
         options = CompileOptions(
-            emit=args.emit, target=args.target,
-            defines=dict(_define(d) for d in args.defines),
-            templates=dict(_template(t) for t in args.templates),
-            no_generic=args.no_generic, opt_level=args.opt_level,
+            emit=args.emit, **_build_options(args),
             pass_pipeline=args.pass_pipeline, print_ir_after_all=args.print_ir_after_all,
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
             verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
+        if options.emit in BINARY_STAGES:
+            output = args.output or Path(args.file).stem + (".so" if options.emit == "so" else ".o")
+            write_outputs(output, compile_binary(text, args.file, options, default_sink(),
+                                                 Path(output).stem))
+            return 0
         out = compile_text(text, args.file, options, default_sink())
         if args.output:
             write_atomic(args.output, out)
         else:
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
         return 0
+
+    return _guarded(run)
+
+
+def _verify_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tilec verify",
+                description="Run every function of a .tile file, built for a target, against "
+                            "the reference semantics on fixed-seed random inputs.")
+    p.add_argument("file", help="the .tile source")
+    _add_build_options(p)
+    p.add_argument("--max-elements", type=int, default=1 << 22, metavar="N",
+                   help="skip cases whose arguments and results hold more elements (default "
+                        "4194304)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    return p
+
+
+def verify_main(argv: Sequence[str]) -> int:
+    """``tilec verify FILE``: exit 0 when every case agrees with the reference, else 1."""
+    def run() -> int:
+        from .harness.verify import verify
+
+        args = _verify_parser().parse_args(argv)
+        report = verify(args.file, CompileOptions(**_build_options(args)),
+                        max_elements=args.max_elements, seed=args.seed, progress=sys.stderr)
+        print(report.table())
+        return 0 if report.ok else 1
 
     return _guarded(run)
 

@@ -235,6 +235,12 @@ def verify_after(stage: str, module) -> None:
         raise TilecError(f"IR after {stage} does not verify: {e.message}", e.span) from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write ``path`` via a temporary file in the same directory and ``os.replace``, creating
     the directory; a failure leaves any previous file untouched."""
@@ -246,6 +252,7 @@ def write_atomic(path: str, data: str | bytes) -> None:
         raise TilecError(f"cannot write '{path}': {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())   # mkstemp's 0o600 hides it from others
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, target)
     except OSError as e:

@@ -92,6 +92,10 @@ PROGRAMS = {
                        [(3, 2), (1, 2)], [], None),
     "reshape_merge": ("func f(x: Tensor<f32>[a, b, c]) -> Tensor<f32>[a*b, c] "
                       "{ return reshape(x, [a*b, c]) + 1.0; }", [(2, 3, 4)], [], None),
+    # the '...' grid entry spans every leading extent, also for an input that it does not index
+    "bias_rank_generic": ("func f(x: Tensor<f32>[..., k, n], b: Tensor<f32>[k, n]) -> "
+                          "Tensor<f32>[..., k, n] { return x + b; }",
+                          [(3, 5, 4, 6), (4, 6)], ["...", "k"], None),
     "scalar_param": ("func f(x: Tensor<f32>[m, n], s: float32 = 0.5) -> Tensor<f32>[m, n] "
                      "{ return where(x > s, x, x * s); }", [(4, 6)], ["m"], None),
 }

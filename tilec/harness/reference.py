@@ -14,6 +14,7 @@ starts with ``internal:``.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -269,7 +270,8 @@ class _Interpreter:
     def __init__(self, binding: Binding, module: ir.Module | None = None) -> None:
         self.binding = binding
         self.module = module
-        self.point: tuple[int, ...] = ()         # the grid point a kernel body runs for
+        self.point: tuple[tuple[int, ...], ...] = ()  # the grid point a kernel body runs for:
+        # the coordinates of each grid entry (all the leading ones for '...')
         self.stored: dict[Any, np.ndarray] = {}  # a kernel's outputs, filled row by row
 
     # shapes ---------------------------------------------------------------------------------
@@ -322,9 +324,14 @@ class _Interpreter:
         raise ReferenceError("internal: a block without a terminator")
 
     def call(self, op: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        """A kernel launched by a host function (tile-kernel outlines groups into them)."""
+        """A kernel launched by a host function (tile-kernel outlines groups into them).  It
+        runs under the host's binding, which the host passes it: its inputs need not show
+        every symbol (a broadcast over a new dimension, a dimension ``c*g``)."""
         callee = find_function(self.module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-        return _run_body(_Interpreter(bind_shapes(callee, xs), self.module), callee, xs)
+        for x, t in zip(xs, callee.type.inputs):
+            if x.shape != self.shape(tensor_info(t), op):
+                raise _internal(op, f"an argument of shape {list(x.shape)} for type {t}")
+        return _run_body(_Interpreter(self.binding, self.module), callee, xs)
 
     def finish(self, op: Any, t: ir.Type, value: np.ndarray) -> np.ndarray:
         """Wrap int32 results and check that the value has the result type's shape."""
@@ -503,10 +510,7 @@ def _numpy_axes(ev: _Interpreter, info: TensorInfo, axis: int) -> list[int]:
 def _row_index(ev: _Interpreter, op: Any, x: np.ndarray, info: TensorInfo) -> tuple:
     """Index of the current grid point's row in ``x`` (``axes`` of load_row/store_row)."""
     index: list[Any] = [slice(None)] * x.ndim
-    coords = list(ev.point)
-    for axis in (int(a) for a in op.attributes["axes"]):
-        width = len(ev.binding.lead or ()) if info.rank_generic and axis == 0 else 1
-        here, coords = coords[:width], coords[width:]
+    for axis, here in zip((int(a) for a in op.attributes["axes"]), ev.point):
         if axis < 0:
             continue
         for np_axis, c in zip(_numpy_axes(ev, info, axis), here):
@@ -533,12 +537,11 @@ _HANDLERS["tile.load_row"] = _load_row
 _HANDLERS["tile.store_row"] = _store_row
 
 
-def _grid_extents(ev: _Interpreter, func_op: Any) -> list[int]:
+def _grid_extents(ev: _Interpreter, func_op: Any) -> list[tuple[int, ...]]:
+    """The extents of each grid entry (those of the leading dimensions for '...')."""
     kernel = ir.DictAttr(func_op.attributes["tile.kernel"])
-    extents: list[int] = []
-    for d in _strings(kernel["grid"]):
-        extents.extend(ev.binding.lead or () if d == "..." else [ev.dim(d, func_op)])
-    return extents
+    return [ev.binding.lead or () if d == "..." else (ev.dim(d, func_op),)
+            for d in _strings(kernel["grid"])]
 
 
 def _run_body(ev: _Interpreter, func_op: Any, values: list[Any]) -> list[np.ndarray]:
@@ -547,7 +550,7 @@ def _run_body(ev: _Interpreter, func_op: Any, values: list[Any]) -> list[np.ndar
     if "tile.kernel" not in func_op.attributes:
         return ev.block(block, values)
     outs: list[np.ndarray] = []
-    for point in np.ndindex(*_grid_extents(ev, func_op)):
+    for point in itertools.product(*(np.ndindex(*e) for e in _grid_extents(ev, func_op))):
         ev.point = point
         outs = ev.block(block, values)
     if not outs:   # an empty grid writes nothing: outputs of the declared (empty) shape

@@ -1,0 +1,71 @@
+"""LLVM IR crossing from the MLIR bindings (LLVM 24) to llvmlite (LLVM 22): the newer
+printer's floating-point literals rewritten for the older parser (tilec.codegen.cpu.llvm)."""
+from __future__ import annotations
+
+import pytest
+
+from tilec.codegen.cpu.llvm import Machine, optimise, to_llvm22_text
+
+LITERALS = [   # (type, LLVM 24 literal, LLVM 22 literal)
+    ("float", "-inf", "0xFFF0000000000000"),
+    ("float", "+inf", "0x7FF0000000000000"),
+    ("float", "+qnan", "0x7FF8000000000000"),
+    ("float", "-qnan", "0xFFF8000000000000"),
+    ("float", "+nan(0x1)", "0x7FF8000020000000"),        # payload moved to the double's top
+    ("float", "1.000000e-01", "0x3FB99999A0000000"),     # the float nearest 0.1, not 0.1
+    ("float", "f0x3DCCCCCE", "0x3FB99999C0000000"),      # one float ulp above it
+    ("float", "-2.500000e-08", "0xBE5AD7F2A0000000"),
+    ("double", "1.000000e-01", "0x3FB999999999999A"),
+    ("double", "f0x3FD5555555555555", "0x3FD5555555555555"),
+    ("half", "1.000980e+00", "0xH3C01"),
+    ("half", "+inf", "0xH7C00"),
+    ("half", "f0x7BFF", "0xH7BFF"),
+    ("bfloat", "7.873530e-03", "0xR3C01"),
+    ("bfloat", "-qnan", "0xRFFC0"),
+]
+
+
+@pytest.mark.parametrize("fp_type, new, old", LITERALS)
+def test_literal(fp_type, new, old):
+    assert to_llvm22_text(f"  store {fp_type} {new}, ptr %0, align 4") == \
+        f"  store {fp_type} {old}, ptr %0, align 4"
+
+
+def test_literal_takes_the_type_written_last_before_it():
+    text = "\n".join([
+        "  %5 = phi float [ -inf, %3 ], [ %4, %2 ]",
+        "  %6 = fptrunc double 1.000000e-01 to float",
+        "  %7 = select i1 %c, half 1.000980e+00, half %h",
+        "  %8 = fmul <8 x float> %v, splat (float +qnan)",
+        "  %9 = fadd float %inf.1, 5.000000e-01",
+    ])
+    assert to_llvm22_text(text).split("\n") == [
+        "  %5 = phi float [ 0xFFF0000000000000, %3 ], [ %4, %2 ]",
+        "  %6 = fptrunc double 0x3FB999999999999A to float",
+        "  %7 = select i1 %c, half 0xH3C01, half %h",
+        "  %8 = fmul <8 x float> %v, splat (float 0x7FF8000000000000)",
+        "  %9 = fadd float %inf.1, 0x3FE0000000000000",
+    ]
+
+
+SMALL_FUNCTION = to_llvm22_text("define float @f(float %x) {\n"
+                                "  %1 = fadd float %x, 1.000000e-01\n"
+                                "  %2 = call float @llvm.maximum.f32(float %1, float -inf)\n"
+                                "  ret float %2\n"
+                                "}\n"
+                                "declare float @llvm.maximum.f32(float, float)\n")
+
+
+def test_llvmlite_reads_the_rewritten_text():
+    module, _ = optimise(SMALL_FUNCTION, Machine(), ["f"])
+    assert "fadd float %x, 0x3FB99999A0000000" in str(module)
+
+
+def test_unknown_arch():
+    with pytest.raises(ValueError, match="unknown cpu arch 'pentium'"):
+        Machine("pentium")
+
+
+def test_native_arch_compiles_for_the_host():
+    module, machine = optimise(SMALL_FUNCTION, Machine("native"), ["f"])
+    assert machine.emit_object(module)

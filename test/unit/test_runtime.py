@@ -1,0 +1,246 @@
+"""The runtime: the Python loader's argument checking, DLPack and out=, its independence from
+the compiler; the C runtime's thread pool and scalar conversions."""
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import OPS
+
+import tilec
+from tilec.cli import main
+from tilec.harness.numerics import assert_close
+
+RUNTIME = Path(tilec.__file__).parent / "runtime"
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory: pytest.TempPathFactory):
+    """swiglu and rmsnorm, built by the command line."""
+    out = tmp_path_factory.mktemp("libs")
+    for name in ("swiglu", "rmsnorm_templated"):
+        assert main([str(OPS / f"{name}.tile"), "-o", str(out / f"{name}.so")]) == 0
+    return tilec.load(out / "swiglu.so"), tilec.load(out / "rmsnorm_templated.so")
+
+
+def f16(*shape: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float16)
+
+
+def bf16(*shape: int) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal(shape).astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda s, r: s.swiglu(f16(2, 3)), ValueError,
+     "swiglu: argument 'input': expected rank 3, got rank 2 (shape (2, 3))"),
+    (lambda s, r: s.swiglu(f16(2, 3, 4).astype(np.float32)), TypeError,
+     "swiglu: argument 'input': expected dtype float16, got float32"),
+    (lambda s, r: s.swiglu([[[1.0, 2.0]]]), TypeError,
+     "swiglu: argument 'input': expected a NumPy array (or a DLPack tensor) of float16, got "
+     "list"),
+    (lambda s, r: s.swiglu(f16(2, 3, 5)), ValueError,
+     "swiglu: argument 'input' dimension 2 is 2*hidden = 5: hidden would be 5/2, not a "
+     "non-negative integer"),
+    (lambda s, r: s.swiglu(f16(2, 8, 3).transpose(0, 2, 1)), ValueError,
+     "swiglu: argument 'input': expected a C-contiguous (row-major) array, got strides (48, 2, "
+     "6) for shape (2, 3, 8); pass np.ascontiguousarray(...)"),
+    (lambda s, r: s.swiglu(), TypeError, "swiglu() missing argument 'input'"),
+    (lambda s, r: s.swiglu(f16(1, 1, 2), f16(1, 1, 2)), TypeError,
+     "swiglu() takes 1 argument (input), got 2"),
+    (lambda s, r: s.swiglu(inputs=f16(1, 1, 2)), TypeError,
+     "swiglu() got an unexpected keyword argument 'inputs'; parameters: input"),
+    (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(9)), ValueError,
+     "rmsnorm: argument 'weight' dimension 0: expected hidden = 8 (hidden = 8 from argument "
+     "'x' dimension 1), got 9"),
+    (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(8), eps="small"), TypeError,
+     "rmsnorm: argument 'eps': expected a float32 scalar, got str"),
+    (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(8), 1e-5, x=bf16(4, 8)), TypeError,
+     "rmsnorm() got argument 'x' twice"),
+    (lambda s, r: s.swiglu(f16(2, 3, 8), out=np.empty((2, 3, 3), np.float16)), ValueError,
+     "swiglu: out: expected shape (2, 3, 4), got (2, 3, 3)"),
+    (lambda s, r: s.swiglu(f16(2, 3, 8), out=np.empty((2, 3, 4), np.float32)), TypeError,
+     "swiglu: out: expected dtype float16, got float32"),
+    (lambda s, r: s.swiglu(f16(2, 3, 8), out=np.empty((2, 3, 8), np.float16)[..., ::2]),
+     ValueError, "swiglu: out: expected a C-contiguous (row-major) array"),
+    (lambda s, r: s.swiglu(f16(2, 3, 8), out=(np.empty((2, 3, 4), np.float16),) * 2), TypeError,
+     "swiglu(): out= needs 1 array (one per result), got 2"),
+])
+def test_wrong_arguments_are_refused_naming_the_argument(libs, call, error, message) -> None:
+    with pytest.raises(error) as caught:
+        call(*libs)
+    assert str(caught.value).startswith(message)
+
+
+def test_outputs_must_be_writable_and_apart_from_the_arguments(libs) -> None:
+    swiglu, _ = libs
+    x = f16(2, 3, 8)
+    read_only = np.empty((2, 3, 4), np.float16)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="swiglu: out: the array is read-only"):
+        swiglu.swiglu(x, out=read_only)
+    with pytest.raises(ValueError, match="swiglu: out: overlaps argument 'input'"):
+        swiglu.swiglu(x, out=x.reshape(-1)[:24].reshape(2, 3, 4))
+
+
+class OnlyDLPack:
+    """A tensor that NumPy can only read through the DLPack protocol."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_arguments_and_outputs(libs) -> None:
+    swiglu, _ = libs
+    x = f16(3, 2, 10)
+    want = swiglu.swiglu(x)
+    np.testing.assert_array_equal(swiglu.swiglu(OnlyDLPack(x)), want)
+    out = OnlyDLPack(np.zeros((3, 2, 5), np.float16))
+    assert swiglu.swiglu(x, out=out) is out
+    np.testing.assert_array_equal(out.array, want)
+
+
+def test_scalar_defaults_and_keywords(libs) -> None:
+    _, rms = libs
+    x, w = bf16(3, 8), bf16(8)
+    default = rms.rmsnorm(x, w)
+    np.testing.assert_array_equal(rms.rmsnorm(weight=w, x=x, eps=1e-6), default)
+    assert not np.array_equal(rms.rmsnorm(x, w, eps=np.float32(4.0)), default)
+
+
+def test_zero_sized_tensors(libs) -> None:
+    swiglu, _ = libs
+    assert swiglu.swiglu(f16(0, 3, 8)).shape == (0, 3, 4)
+    assert swiglu.swiglu(f16(2, 3, 0)).shape == (2, 3, 0)
+
+
+def test_calls_from_several_threads_at_once(libs) -> None:
+    swiglu, _ = libs
+    inputs = [np.random.default_rng(i).standard_normal((64, 33, 200)).astype(np.float16)
+              for i in range(6)]
+    alone = [swiglu.swiglu(x) for x in inputs]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(swiglu.swiglu, inputs * 2))
+    for got, want in zip(together, alone * 2):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_library_metadata_and_repr(libs) -> None:
+    _, rms = libs
+    meta = rms.metadata
+    assert (meta["target"], meta["arch"], meta["format"]) == ("cpu", "x86-64-v3", 1)
+    fn = meta["functions"]["rmsnorm"]
+    assert [(p["name"], p["kind"], p["dtype"], p["shape"], p["default"]) for p in fn["params"]] \
+        == [("x", "tensor", "bfloat16", ["seq", "hidden"], None),
+            ("weight", "tensor", "bfloat16", ["hidden"], None),
+            ("eps", "scalar", "float32", [], 1e-6)]
+    assert fn["results"] == [{"dtype": "bfloat16", "shape": ["seq", "hidden"]}]
+    assert (fn["symbols"], fn["lead"], fn["generic"]) == (["seq", "hidden"], None, True)
+    assert [(v["function"], v["binding"]) for v in fn["variants"]] == [
+        ("rmsnorm__seq_2048", {"seq": 2048}), ("rmsnorm__seq_8192", {"seq": 8192}),
+        ("rmsnorm__seq_32768", {"seq": 32768})]
+    assert repr(rms.rmsnorm).startswith("<tilec function rmsnorm(x: bfloat16[seq, hidden], "
+                                        "weight: bfloat16[hidden], eps: float32 = 1e-06) -> "
+                                        "bfloat16[seq, hidden] from ")
+    assert rms["rmsnorm"] is rms.rmsnorm
+    with pytest.raises(AttributeError, match="has no function 'swiglu'; it has: rmsnorm"):
+        rms.swiglu
+
+
+LOADER_ONLY = """
+import sys, numpy as np, tilec
+lib = tilec.load(sys.argv[1])
+y = lib.swiglu(np.ones((1, 2, 4), np.float16))
+heavy = sorted(m for m in sys.modules
+               if m.split('.')[0] in ('torch_mlir', 'llvmlite', 'lark', 'jinja2')
+               or m in ('tilec.mlir', 'tilec.driver', 'tilec.api'))
+print(float(y[0, 0, 0]), heavy)
+"""
+
+
+def test_the_loader_imports_neither_compiler_nor_mlir(libs) -> None:
+    swiglu, _ = libs
+    done = subprocess.run([sys.executable, "-c", LOADER_ONLY, swiglu.path], check=True,
+                          capture_output=True, text=True)
+    assert done.stdout.split() == ["0.73095703125", "[]"]   # silu(1) in float16
+
+
+# ---------------------------------------------------------------------------------------------
+# The C runtime on its own
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    path = tmp_path_factory.mktemp("runtime") / "runtime.so"
+    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-fPIC", "-shared", "-pthread",
+                    "-Wall", "-Wextra", "-Werror", "-o", str(path),
+                    str(RUNTIME / "cpu_runtime.c")], check=True)
+    return ctypes.CDLL(str(path))
+
+
+ROWS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+@pytest.mark.parametrize("rows,traffic", [(1, 1 << 30), (7, 10), (1000, 1 << 20),
+                                          (4097, 1 << 30)])
+def test_parallel_for_runs_every_row_once(runtime, rows: int, traffic: int) -> None:
+    seen = np.zeros(rows, np.int64)
+
+    @ROWS
+    def body(ctx, begin: int, end: int) -> None:
+        seen[begin:end] += 1
+
+    runtime.tilec_parallel_for(ctypes.c_int64(rows), ctypes.c_int64(traffic), body, None)
+    np.testing.assert_array_equal(seen, 1)
+
+
+def test_thread_count_comes_from_the_environment(tmp_path: Path, runtime) -> None:
+    probe = ("import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).tilec_num_threads())")
+    path = runtime._name
+    for env, want in [("3", "3"), ("1", "1"), ("zero", str(len(os.sched_getaffinity(0))))]:
+        done = subprocess.run([sys.executable, "-c", probe, path], capture_output=True,
+                              text=True, check=True, env={**os.environ, "TILEC_NUM_THREADS": env})
+        assert done.stdout.strip() == want
+
+
+def test_half_conversions_round_to_nearest_even(runtime) -> None:
+    for name, dtype in [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)]:
+        to_bits = getattr(runtime, f"tilec_f32_to_{name}")
+        to_bits.argtypes, to_bits.restype = [ctypes.c_float], ctypes.c_uint16
+        widen = getattr(runtime, f"tilec_{name}_to_f32")
+        widen.argtypes, widen.restype = [ctypes.c_uint16], ctypes.c_float
+        special = np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, 1e-8, 6e-8, 3e-5,
+                            1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 3.4e38], np.float32)
+        values = np.concatenate([special, np.random.default_rng(0).standard_normal(2000)
+                                 .astype(np.float32) * np.float32(100)])
+        got = np.array([to_bits(float(v)) for v in values], np.uint16)
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(got, values.astype(dtype).view(np.uint16))
+        assert to_bits(float("nan")) & 0x7fff > (0x7c00 if name == "f16" else 0x7f80)
+        every = np.arange(0, 1 << 16, 97, dtype=np.uint16)
+        widened = np.array([widen(int(b)) for b in every], np.float32)
+        np.testing.assert_array_equal(widened, every.view(dtype).astype(np.float32))
+
+
+def test_cases_run_in_a_forked_child(libs) -> None:
+    swiglu, _ = libs
+    x = f16(64, 64, 256)
+    want = swiglu.swiglu(x)      # starts the parent's pool
+    pid = os.fork()
+    if pid == 0:                 # the child must not wait for the parent's threads
+        os._exit(0 if np.array_equal(swiglu.swiglu(x), want) else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert_close(swiglu.swiglu(x), want, "float16")

@@ -1,0 +1,374 @@
+"""One implementation of a host entry as C: kernel-level tile IR -> the model that
+``templates/host.c.j2`` renders.
+
+In: a function at kernel level (a template variant or a generic function): its ``tile.check``
+ops and ``func.call`` of kernel functions, or itself a kernel (-O0).  Out: :class:`Impl`, C
+expressions for its dimensions (``d[k]``, each checked to be a non-negative integer), element
+counts (``n[k]``), checks, launches and copies, where symbols are ``s[k]``.
+
+Where values live: a kernel result that the function returns is written straight into its
+output; the other kernel results take intermediate buffers ("slots"), allocated before their
+kernel and freed after their last reader; an output with a ``tile.reuse`` buffer shares that
+buffer's slot.  Results no kernel writes (a parameter, a value returned twice) are copied.
+
+Kernel C ABI (the CPU backend's object):
+``void _mlir_ciface_K(MemRef1D* arg..., MemRef1D* res..., MemRef1D* dims, int64_t row_begin,
+int64_t row_end)``: one flat row-major buffer per argument and result in storage type (a
+rank-0 argument is one float32, or int32), ``dims`` the kernel's ``symbols`` then, for a
+rank-generic kernel, the rank and extents of its ``...``; rows of ``grid`` flattened row-major.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import lcm
+from typing import Any
+
+from ...diagnostics import TilecError
+from ...dialect import ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, TensorInfo, tensor_info
+from ...dialect.locations import span_of
+from ...dims import ELLIPSIS, Dim, parse_dim
+from ...mlir import ir
+
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
+STORAGE_C = {"float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "int32": "int32_t"}
+ONE = "INT64_C(1)"
+
+
+def c_string(text: str) -> str:
+    """``text`` as a C string literal."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.extend(f"\\{b:03o}" for b in ch.encode())
+    return '"' + "".join(out) + '"'
+
+
+def failure(code: str, *pieces: str) -> str:
+    """The arguments of ``tilec_fail``: ``pieces`` alternate message text and int64_t C
+    expressions, whose values the message shows."""
+    texts, values = pieces[0::2], pieces[1::2]
+    fmt = "%lld".join(c_string(t.replace("%", "%%"))[1:-1] for t in texts)
+    return f'{code}, "{fmt}"' + "".join(f", (long long){v}" for v in values)
+
+
+def with_values(before: str, values: list[tuple[str, str]], after: str) -> list[str]:
+    """Pieces for :func:`failure`: ``before``, ``name = value`` for each (name, C
+    expression), ``after``."""
+    pieces, text = [], before
+    for i, (name, expr) in enumerate(values):
+        pieces += [f"{text}{', ' if i else ''}{name} = ", expr]
+        text = ""
+    return pieces + [text + after]
+
+
+def strings(attr: Any) -> list[str]:
+    return [ir.StringAttr(a).value for a in attr]
+
+
+def name_of(op: Any) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
+
+
+def functions_of(module: Any) -> dict[str, Any]:
+    return {name_of(op): op for op in module.body.operations if op.operation.name == "func.func"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    info: TensorInfo
+    scalar: bool
+    default: float | int | None
+
+
+def params_of(fn: Any) -> list[Param]:
+    attrs = list(fn.attributes["arg_attrs"]) if "arg_attrs" in fn.attributes else []
+    out = []
+    for i, t in enumerate(fn.type.inputs):
+        d = {a.name: a.attr for a in ir.DictAttr(attrs[i])} if i < len(attrs) else {}
+        name = ir.StringAttr(d[ARG_NAME_ATTR]).value if ARG_NAME_ATTR in d else f"arg{i}"
+        default = d[ARG_DEFAULT_ATTR].value if ARG_DEFAULT_ATTR in d else None
+        out.append(Param(name, tensor_info(t), ARG_SCALAR_ATTR in d, default))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One implementation (a generic function or a template variant) as C
+
+
+@dataclass
+class Kernel:
+    """A kernel function as the host calls it."""
+
+    index: int
+    symbol: str      # _mlir_ciface_NAME
+    buffers: int     # memrefs before dims: arguments, then results
+
+
+@dataclass
+class Launch:
+    kernel: Kernel
+    allocs: list[tuple[int, str]]        # (slot, bytes) allocated before the launch
+    staged: list[tuple[str, str, str]]   # (local, f16|bf16, pointer): rank-0 operands as float
+    memrefs: list[tuple[str, str]]       # (pointer, elements)
+    dims: list[str]
+    rank_generic: bool
+    ready: str                           # some result has elements
+    rows: str
+    traffic: str                         # bytes read and written: the runtime's grain
+    frees: list[int]                     # slots whose last reader this is
+
+
+@dataclass
+class Impl:
+    c_name: str
+    function: str                                                     # its func.func
+    title: str                                                        # for messages
+    checks: list[tuple[str, str]] = field(default_factory=list)       # (condition, failure)
+    dims: list[tuple[str, int, str]] = field(default_factory=list)    # (numerator, den, failure)
+    sizes: list[tuple[str, str]] = field(default_factory=list)        # (elements, failure)
+    launches: list[Launch] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)
+    slots: int = 0
+    perturb: str = ""                                                 # the test hook's damage
+    perturb_dtype: str = ""
+
+
+class ImplBuilder:
+    """Builds the :class:`Impl` of ``fn``: symbols are ``s[k]`` in C (the entry's symbols,
+    then those peeled off ``...``), dimensions ``d[k]``, element counts ``n[k]``."""
+
+    def __init__(self, fn: Any, impl: Impl, symbols: list[str], functions: dict[str, Any],
+                 kernels: dict[str, Kernel]) -> None:
+        self.fn = fn
+        self.impl = impl
+        self.symbol_index = {s: i for i, s in enumerate(symbols)}
+        self.functions = functions
+        self.kernels = kernels
+        self.dim_index: dict[Dim, int] = {}
+        self.size_index: dict[Any, int] = {}
+
+    # dimensions -----------------------------------------------------------------------------
+    def sym(self, name: str) -> str:
+        if name not in self.symbol_index:
+            raise TilecError(f"internal: '{self.impl.title}' needs symbol '{name}', which the "
+                             "caller does not pass", span_of(self.fn.location))
+        return f"s[{self.symbol_index[name]}]"
+
+    def scaled(self, d: Dim, den: int) -> str:
+        """C for ``d * den`` (an integer polynomial), with overflow checks."""
+        expr = ""
+        for mono, coef in sorted(d.terms.items()):
+            term = f"INT64_C({int(coef * den)})"
+            for s in mono:
+                term = f"tilec_mul({term}, {self.sym(s)}, &overflow)"
+            expr = f"tilec_add({expr}, {term}, &overflow)" if expr else term
+        return expr or "INT64_C(0)"
+
+    def dim(self, d: Dim, what: str) -> str:
+        """C for dimension ``d``, checked once to be a non-negative integer."""
+        if d.value is not None:
+            return f"INT64_C({d.value})"
+        if len(d.symbols()) == 1 and d == Dim.sym(next(iter(d.symbols()))):
+            return self.sym(next(iter(d.symbols())))
+        if d not in self.dim_index:
+            den = lcm(*(c.denominator for c in d.terms.values()))
+            pieces = with_values(f"{self.impl.title}: {what} is {d} with ",
+                                  [(s, self.sym(s)) for s in sorted(d.symbols())],
+                                  ", not a non-negative integer")
+            self.dim_index[d] = len(self.impl.dims)
+            self.impl.dims.append((self.scaled(d, den), den,
+                                   failure("TILEC_ERR_ARGUMENT", *pieces)))
+        return f"d[{self.dim_index[d]}]"
+
+    def size(self, value: Any, what: str) -> str:
+        """``n[k]``: the element count of ``value``, computed and checked once."""
+        if value not in self.size_index:
+            expr = ONE
+            for i, d in enumerate(tensor_info(value.type).shape):
+                factor = "ir_lead_numel" if d == ELLIPSIS else self.dim(d, f"{what} dimension {i}")
+                expr = factor if expr == ONE else f"tilec_mul({expr}, {factor}, &overflow)"
+            self.size_index[value] = len(self.impl.sizes)
+            self.impl.sizes.append((expr, failure(
+                "TILEC_ERR_ARGUMENT", f"{self.impl.title}: {what} has too many elements")))
+        return f"n[{self.size_index[value]}]"
+
+    def check(self, op: Any) -> None:
+        """A ``tile.check`` as a C condition, compared exactly (sides scaled to integers)."""
+        a = op.attributes
+        lhs, rhs = parse_dim(a["lhs"].value), parse_dim(a["rhs"].value)
+        den = lcm(*(c.denominator for c in (lhs - rhs).terms.values()), 1)
+        left, right = self.scaled(lhs, den), self.scaled(rhs, den)
+        relation = "<=" if a["rel"].value == "le" else "=="
+        span = span_of(op.location)
+        where = f"{span}: " if span else ""
+        scale = f" (times {den})" if den != 1 else ""
+        self.impl.checks.append((
+            f"{left} {relation} {right}",
+            failure("TILEC_ERR_CHECK", f"{where}{a['message'].value} ({a['lhs'].value} = ",
+                    left, f", {a['rhs'].value} = ", right, f"{scale})")))
+
+    # the schedule ---------------------------------------------------------------------------
+    def build(self, params: list[Param], perturbed: bool) -> Impl:
+        """Fill in the implementation; ``perturbed`` adds the test hook's damage."""
+        block = self.fn.regions[0].blocks[0]
+        where: dict[Any, str] = {}        # value -> C pointer to its elements
+        scalar: dict[Any, int] = {}       # scalar parameter -> k of sc[k]
+        tensors = 0
+        for p, arg in zip(params, block.arguments):
+            if p.scalar:
+                scalar[arg] = len(scalar)
+                where[arg] = f"(void*)&sc[{scalar[arg]}]"
+            else:
+                where[arg] = f"(void*)in[{tensors}]"
+                tensors += 1
+                self.size(arg, f"argument '{p.name}'")
+        ops = list(block.operations)
+        results = list(ops[-1].operands)
+        for r, v in enumerate(results):
+            self.size(v, f"result {r}")
+        for op in ops[:-1]:
+            if op.operation.name == "tile.check":
+                self.check(op)
+        calls = self.calls(ops[:-1], list(block.arguments), results)
+        placed = self.place_results(calls, results, where)
+        slot_of = self.place_intermediates(calls, where)
+        last_reader = {slot_of[v]: i for i, (_, operands, outs) in enumerate(calls)
+                       for v in operands + outs if v in slot_of}
+        allocated: set[int] = set()
+        for i, (kernel_fn, operands, outs) in enumerate(calls):
+            allocs = []
+            for v in outs:
+                slot = slot_of.get(v)
+                if slot is not None and slot not in allocated:
+                    allocated.add(slot)
+                    allocs.append((slot, self.slot_bytes(slot, slot_of)))
+            frees = sorted(s for s, last in last_reader.items() if last == i)
+            self.impl.launches.append(
+                self.launch(kernel_fn, operands, outs, where, scalar, allocs, frees))
+        self.copy_results(results, placed, where, scalar)
+        if perturbed and results:
+            self.impl.perturb_dtype = tensor_info(results[0].type).dtype
+            self.impl.perturb = f"if ({self.size(results[0], 'result 0')} > 0) " \
+                                f"tilec_perturb_{self.impl.perturb_dtype}(out[0]);"
+        self.impl.slots = len(set(slot_of.values()))
+        return self.impl
+
+    def calls(self, ops: list[Any], args: list[Any], results: list[Any]) -> list[tuple]:
+        """(kernel function, operands, results) of each launch, in order."""
+        if "tile.kernel" in self.fn.attributes:      # -O0: the function is its own kernel
+            return [(self.fn, args, results)]
+        calls = []
+        for op in ops:
+            name = op.operation.name
+            if name == "func.call":
+                callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+                calls.append((self.functions[callee], list(op.operands), list(op.results)))
+            elif name not in ("tile.check", "tile.hint"):
+                raise TilecError(f"internal: the host schedule of '{self.impl.title}' has "
+                                 f"'{name}'", span_of(op.location))
+        return calls
+
+    @staticmethod
+    def place_results(calls: list[tuple], results: list[Any], where: dict) -> set[int]:
+        """A kernel result that the function returns is written straight into ``out[r]``
+        (its first return position); the positions placed so."""
+        produced = {v for _, _, outs in calls for v in outs}
+        placed = set()
+        for r, v in enumerate(results):
+            if v in produced and v not in where:
+                where[v] = f"out[{r}]"
+                placed.add(r)
+        return placed
+
+    @staticmethod
+    def place_intermediates(calls: list[tuple], where: dict) -> dict[Any, int]:
+        """A slot for every other kernel result; an output takes its ``tile.reuse``
+        buffer's slot."""
+        slot_of: dict[Any, int] = {}
+        value_of_buffer: dict[int, Any] = {}
+        slots = 0
+        for kernel_fn, _, outs in calls:
+            numbers = reuse = [-1] * len(outs)
+            if "tile.fused" in kernel_fn.attributes:
+                fused = ir.DictAttr(kernel_fn.attributes["tile.fused"])
+                numbers = [int(x) for x in ir.DenseI64ArrayAttr(fused["tile.buffers"])]
+                reuse = [int(x) for x in ir.DenseI64ArrayAttr(fused["tile.reuse"])]
+            for v, number, taken in zip(outs, numbers, reuse):
+                value_of_buffer[number] = v
+                if v in where:
+                    continue
+                shared = value_of_buffer.get(taken) if taken >= 0 else None
+                if shared in slot_of:
+                    slot_of[v] = slot_of[shared]
+                else:
+                    slot_of[v], slots = slots, slots + 1
+                where[v] = f"buf[{slot_of[v]}]"
+        return slot_of
+
+    def slot_bytes(self, slot: int, slot_of: dict[Any, int]) -> str:
+        expr = ""
+        for v, s in slot_of.items():
+            if s == slot:
+                element = ELEMENT_BYTES[tensor_info(v.type).dtype]
+                n = f"{self.size(v, 'an intermediate')} * {element}"
+                expr = f"tilec_max({expr}, {n})" if expr else n
+        return expr
+
+    def launch(self, kernel_fn: Any, operands: list[Any], outs: list[Any], where: dict,
+               scalar: dict, allocs: list[tuple[int, str]], frees: list[int]) -> Launch:
+        name = name_of(kernel_fn)
+        attrs = ir.DictAttr(kernel_fn.attributes["tile.kernel"])
+        staged, memrefs, traffic = [], [], ""
+        for v in operands + outs:
+            info = tensor_info(v.type)
+            if v in scalar:
+                memrefs.append((where[v], ONE))
+                continue
+            n = self.size(v, f"a buffer of kernel '{name}'")
+            bytes_ = f"tilec_mul({n}, {ELEMENT_BYTES[info.dtype]}, &overflow)"
+            traffic = f"tilec_add({traffic}, {bytes_}, &overflow)" if traffic else bytes_
+            if info.shape == () and info.dtype in ("float16", "bfloat16") and v in operands:
+                local = f"staged_{len(staged)}"
+                staged.append((local, "f16" if info.dtype == "float16" else "bf16", where[v]))
+                memrefs.append((f"&{local}", ONE))
+            else:
+                memrefs.append((where[v], n))
+        rows = ONE
+        for g in strings(attrs["grid"]):
+            extent = "ir_lead_numel" if g == ELLIPSIS else \
+                self.dim(parse_dim(g), f"a grid dimension of kernel '{name}'")
+            rows = extent if rows == ONE else f"tilec_mul({rows}, {extent}, &overflow)"
+        # every result has every grid axis: rows cannot overflow once one result has elements
+        ready = " || ".join(f"{self.size(v, 'a kernel result')} > 0" for v in outs)
+        rank_generic = any(tensor_info(t).rank_generic
+                           for t in list(kernel_fn.type.inputs) + list(kernel_fn.type.results))
+        return Launch(self.kernels[name], allocs, staged, memrefs,
+                      [self.sym(s) for s in strings(attrs["symbols"])], rank_generic, ready,
+                      rows, traffic or "INT64_C(0)", frees)
+
+    def copy_results(self, results: list[Any], placed: set[int], where: dict,
+                     scalar: dict) -> None:
+        """Results no kernel writes: a parameter, or a value returned twice."""
+        for r, v in enumerate(results):
+            if r in placed:
+                continue
+            dtype = tensor_info(v.type).dtype
+            if v in scalar:
+                k = scalar[v]
+                value = {"float32": f"sc[{k}].f", "int32": f"sc[{k}].i",
+                         "float16": f"tilec_f32_to_f16(sc[{k}].f)",
+                         "bfloat16": f"tilec_f32_to_bf16(sc[{k}].f)"}[dtype]
+                self.impl.copies.append(f"*({STORAGE_C[dtype]}*)out[{r}] = {value};")
+            else:
+                n = self.size(v, f"result {r}")
+                self.impl.copies.append(
+                    f"tilec_copy(out[{r}], {where[v]}, {n} * {ELEMENT_BYTES[dtype]});")

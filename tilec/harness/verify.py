@@ -1,0 +1,232 @@
+"""``tilec verify``: every function of a ``.tile`` file, built for a target, against the
+reference semantics.
+
+In: a ``.tile`` file and :class:`~tilec.driver.CompileOptions`.  Out: a :class:`Report`, one
+:class:`Case` per function and shape binding, printed as a table (max abs / rel error per case)
+and ``ok`` when every case agrees with the reference within the numerical contract
+(:mod:`tilec.harness.numerics`).
+
+The library is built with :func:`tilec.api.compile_string` and called through the Python
+runtime, as a user would; the reference runs on the tensor-level IR (after
+``tile-shape-template``, so that ``--no-generic`` refuses what the library refuses).  Cases,
+on fixed-seed random inputs: each free symbol at 1, 7, 127, 255, 1000 and 4097 with the others
+at 7, all of them at each of those sizes, every template binding, ``...`` standing for (),
+(1,), (3, 5) and (2, 7, 127), and a few random shapes.  A case whose arguments and results
+hold more than ``max_elements`` elements is skipped (and said so).  Arguments that the
+reference refuses (a failing run-time check, a rank ``...`` cannot have) must be refused by
+the library too: such a case is "rejected", which agrees.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from .. import passes  # noqa: F401  (registers tile-shape-template)
+from ..dims import Dim
+from ..driver import CompileOptions, read_source
+from ..frontend import compile_source
+from ..pipeline import parse_pipeline, run_pipeline
+from ..runtime.loader import Function
+from .numerics import NUMPY_DTYPES, compare
+from .reference import ReferenceError, run
+
+SIZES = (1, 7, 127, 255, 1000, 4097)
+BASE = 7
+LEADS = ((), (1,), (3, 5), (2, 7, 127))
+LEAD_FOR_SYMBOLS = (3, 5)
+RANDOM_CASES = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    function: str
+    label: str                 # the binding: "seq=7 hidden=4097", "...=(3, 5)"
+    shapes: str                # the tensor arguments' shapes
+    status: str                # "pass", "rejected" (both refuse the arguments) or "FAIL"
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str = ""           # the first mismatch, or why the arguments were refused
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "FAIL"
+
+
+@dataclass
+class Report:
+    cases: list[Case]
+    skipped: list[str]         # cases over the size cap, or impossible shapes
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.cases)
+
+    def table(self) -> str:
+        head = ("function", "case", "shapes", "max abs", "max rel", "result")
+        rows = [head] + [(c.function, c.label, c.shapes, _number(c.max_abs), _number(c.max_rel),
+                          c.status) for c in self.cases]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        lines += [f"  {c.function} {c.label}: {c.detail}" for c in self.cases
+                  if c.status == "FAIL"]
+        lines += [f"skipped: {note}" for note in self.skipped]
+        counts = {s: sum(c.status == s for c in self.cases) for s in ("pass", "rejected", "FAIL")}
+        lines.append(f"{len(self.cases)} cases: {counts['pass']} passed, {counts['rejected']} "
+                     f"rejected by both, {counts['FAIL']} failed; {len(self.skipped)} skipped")
+        return "\n".join(lines)
+
+
+def _number(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _bindings(fn: Function, rng: np.random.Generator) -> list[tuple[dict[str, int], tuple]]:
+    """(symbol values, the extents '...' stands for as the user sees it) of every case."""
+    symbols = fn.symbols
+    rank_generic = fn.lead is not None
+    lead = LEAD_FOR_SYMBOLS if rank_generic else ()
+    base = {s: BASE for s in symbols}
+    found: list[tuple[dict[str, int], tuple]] = []
+
+    def add(values: dict[str, int], lead: tuple) -> None:
+        if (values, lead) not in found:
+            found.append((values, lead))
+
+    if fn.generic:
+        add(base, lead)
+        for s, v in itertools.product(symbols, SIZES):
+            add({**base, s: v}, lead)
+        if len(symbols) > 1:
+            for v in SIZES:
+                add({s: v for s in symbols}, lead)
+        if rank_generic:
+            for extents in LEADS + tuple((3, v) for v in SIZES):
+                add(base, extents)
+        for _ in range(RANDOM_CASES):
+            extents = tuple(int(x) for x in rng.integers(1, 10, size=rng.integers(0, 4)))
+            add({s: int(rng.integers(1, 65)) for s in symbols}, extents if rank_generic else ())
+    for variant in fn.variants:
+        add({**base, **variant.binding}, lead)
+    return found
+
+
+def _label(values: dict[str, int], lead: tuple, fn: Function) -> str:
+    parts = [f"{s}={v}" for s, v in values.items()]
+    if fn.lead is not None:
+        parts.append(f"...={lead}")
+    return " ".join(parts) or "(fixed shapes)"
+
+
+def _shape(declared: tuple, env: dict[str, int], lead: tuple,
+           peeled: list[str]) -> tuple[int, ...] | str:
+    """The shape of an array for ``declared`` (an IR shape) as the user sees it: ``lead``
+    stands for ``...`` and the symbols peeled off it; or why there is none (a dimension that
+    is not a non-negative integer)."""
+    out: list[int] = []
+    rest = list(declared)
+    if rest and rest[0] == "...":
+        out.extend(lead)
+        rest = rest[1:]
+        for p in peeled:
+            if rest and rest[0] == Dim.sym(p):
+                rest = rest[1:]
+    for d in rest:
+        value = d.evaluate(env)
+        if value.denominator != 1 or value < 0:
+            return f"dimension {d} is {value}"
+        out.append(int(value))
+    return tuple(out)
+
+
+def _case(fn: Function, module: Any, values: dict[str, int], lead: tuple,
+          rng: np.random.Generator, max_elements: int) -> Case | str:
+    """Run one case; a string says why it was skipped."""
+    label = _label(values, lead, fn)
+    peeled = fn.lead or []
+    env = dict(values)
+    if len(lead) >= len(peeled):
+        env.update(zip(peeled, lead[len(lead) - len(peeled):]))
+    variant = next((v for v in fn.variants
+                    if all(values.get(s) == x for s, x in v.binding.items())), None)
+    param_shapes = [p.shape for p in fn.params] if fn.generic else list(variant.params)
+    result_shapes = [s for _, s in fn.results] if fn.generic else list(variant.results)
+    tensors: dict[int, tuple[int, ...]] = {}
+    for i, (p, declared) in enumerate(zip(fn.params, param_shapes)):
+        if p.kind == "tensor":
+            shape = _shape(declared, env, lead, peeled)
+            if isinstance(shape, str):
+                return f"{fn.name} {label}: argument '{p.name}' {shape}"
+            tensors[i] = shape
+    results = [_shape(declared, env, lead, peeled) for declared in result_shapes]
+    elements = sum(int(np.prod(s, dtype=np.float64)) for s in list(tensors.values()) + results
+                   if not isinstance(s, str))
+    if elements > max_elements:
+        return f"{fn.name} {label}: {elements} elements > {max_elements}"
+    args = [_random(tensors[i], p.dtype, rng) if i in tensors else
+            p.default if p.default is not None else (3 if p.dtype == "int32" else 0.5)
+            for i, p in enumerate(fn.params)]
+    shown = " ".join(str(s) for s in tensors.values())
+    try:
+        want = run(module, fn.name, *args)
+    except ReferenceError as e:
+        want = e
+    try:
+        got = fn(*args)
+    except (TypeError, ValueError, RuntimeError) as e:
+        got = e
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        if isinstance(want, Exception) and isinstance(got, Exception):
+            return Case(fn.name, label, shown, "rejected", detail=str(want))
+        detail = (f"the reference refused ({want}) but the library did not"
+                  if isinstance(want, Exception) else f"the library refused: {got}")
+        return Case(fn.name, label, shown, "FAIL", detail=detail)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    compared = [compare(g, w, dtype) for g, w, (dtype, _) in zip(got, want, fn.results)]
+    bad = [c for c in compared if not c.ok]
+    return Case(fn.name, label, shown, "FAIL" if bad else "pass",
+                max(c.max_abs for c in compared), max(c.max_rel for c in compared),
+                str(bad[0]) if bad else "")
+
+
+def _random(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    if dtype == "int32":
+        return rng.integers(-50, 50, size=shape, dtype=np.int32)
+    return rng.standard_normal(shape).astype(NUMPY_DTYPES[dtype])
+
+
+def verify(path: str, options: CompileOptions, *, max_elements: int = 1 << 22, seed: int = 0,
+           progress: TextIO | None = None) -> Report:
+    """Build ``path`` with ``options`` and run every function against the reference."""
+    from ..api import compile_string
+
+    text = read_source(path)
+    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+              if f.name not in ("emit", "target")}
+    library = compile_string(text, path, options.target, **fields)
+    module = compile_source(text, path, options.sema())
+    with module.context:
+        flag = "true" if options.no_generic else "false"
+        run_pipeline(module, parse_pipeline(f"tile-shape-template{{no-generic={flag}}}"))
+    rng = np.random.default_rng(seed)
+    report = Report([], [])
+    for fn in library.functions.values():
+        start = time.perf_counter()
+        before = len(report.cases)
+        for values, lead in _bindings(fn, rng):
+            case = _case(fn, module, values, lead, rng, max_elements)
+            if isinstance(case, str):
+                report.skipped.append(case)
+            else:
+                report.cases.append(case)
+        mine = report.cases[before:]
+        if progress is not None:
+            failed = sum(not c.ok for c in mine)
+            print(f"verify {Path(path).name}: {fn.name}: {len(mine)} cases, {failed} failed "
+                  f"({time.perf_counter() - start:.1f} s)", file=progress, flush=True)
+    return report
