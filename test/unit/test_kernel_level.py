@@ -141,3 +141,10 @@ def test_fused_groups_become_kernels_called_by_the_host_function(name, args):
     calls = [op for op in host.regions[0].blocks[0].operations if op.operation.name == "func.call"]
     assert len(calls) == 1          # one fused group, one kernel
     _close(run(module, name, *values), run(compile_source(text, f"{file}.tile"), name, *values))
+
+
+def test_dead_values_have_no_place_in_a_row_plan():
+    # at -O0 nothing removes the dead transpose before the kernel level
+    text = ("func f(x: Tensor<f32>[a, b]) -> Tensor<f32>[a, b] "
+            "{ let unused = transpose(x, perm=[1, 0]); return exp(x); }")
+    assert _same(text, "dead.tile", "f", _rand((3, 4), np.float32)) == ["a"]

@@ -104,9 +104,18 @@ def _bytes_of(info: TensorInfo, align: int) -> Dim:
     return nbytes
 
 
+def _erase_dead(block: Any) -> None:
+    """Drop ops whose results nothing reads (at -O0 nothing else has): a dead value has no
+    place in a row plan.  Users go first, so no op is erased while it still has uses."""
+    for op in reversed(list(block.operations)):
+        if op.results and not any(list(r.uses) for r in op.results):
+            op.erase()
+
+
 def kernelize(fn: Any, target: TargetDesc) -> None:
     """Rewrite the body of ``fn`` (one fused group) into kernel-level IR for ``target``."""
     block = fn.regions[0].blocks[0]
+    _erase_dead(block)
     ret = list(block.operations)[-1]
     plan = plan_rows(block, list(ret.operands))
     depth = 2 if target.double_buffer else 1
