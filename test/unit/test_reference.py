@@ -824,7 +824,7 @@ def two_param_module(tx: str, ty_: str) -> ir.Module:
 @pytest.mark.parametrize("args,message", [
     ((np.zeros((2, 3), np.float32), np.zeros(3, np.float32)), None),
     ((np.zeros(3, np.float32), np.zeros(3, np.float32)),
-     r"argument 'x': expected rank 2 \(Tensor<float32>\[n, m\]\), got rank 1 \(shape \(3,\)\)"),
+     r"argument 'x': expected rank 2 \(shape \[n, m\]\), got rank 1 \(shape \(3,\)\)"),
     ((np.zeros((2, 3), np.float16), np.zeros(3, np.float32)),
      r"argument 'x': expected dtype float32, got float16"),
     ((np.zeros((2, 3), np.float32), [0.0, 0.0, 0.0]),

@@ -40,7 +40,8 @@ def bf16(*shape: int) -> np.ndarray:
 
 @pytest.mark.parametrize("call,error,message", [
     (lambda s, r: s.swiglu(f16(2, 3)), ValueError,
-     "swiglu: argument 'input': expected rank 3, got rank 2 (shape (2, 3))"),
+     "swiglu: argument 'input': expected rank 3 (shape [batch, seq, 2*hidden]), got rank 2 "
+     "(shape (2, 3))"),
     (lambda s, r: s.swiglu(f16(2, 3, 4).astype(np.float32)), TypeError,
      "swiglu: argument 'input': expected dtype float16, got float32"),
     (lambda s, r: s.swiglu([[[1.0, 2.0]]]), TypeError,
@@ -58,8 +59,8 @@ def bf16(*shape: int) -> np.ndarray:
     (lambda s, r: s.swiglu(inputs=f16(1, 1, 2)), TypeError,
      "swiglu() got an unexpected keyword argument 'inputs'; parameters: input"),
     (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(9)), ValueError,
-     "rmsnorm: argument 'weight' dimension 0: expected hidden = 8 (hidden = 8 from argument "
-     "'x' dimension 1), got 9"),
+     "rmsnorm: symbol hidden is 8 from argument 'x' dimension 1 but argument 'weight' "
+     "dimension 0 is 9"),
     (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(8), eps="small"), TypeError,
      "rmsnorm: argument 'eps': expected a float32 scalar, got str"),
     (lambda s, r: r.rmsnorm(bf16(4, 8), bf16(8), 1e-5, x=bf16(4, 8)), TypeError,

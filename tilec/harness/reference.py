@@ -25,6 +25,7 @@ import numpy as np
 from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, DISPATCH_ATTR,
                        TensorInfo, tensor_info)
 from ..dialect.locations import span_of
+from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
 from ..mlir import ir
 from .numerics import NUMPY_DTYPES, to_dtype
@@ -61,14 +62,6 @@ def params(func_op: Any) -> list[Param]:
     return out
 
 
-@dataclass(frozen=True)
-class Binding:
-    """Values of the shape symbols, and the ``...`` dimensions (None when not rank-generic)."""
-
-    symbols: dict[str, int]
-    lead: tuple[int, ...] | None
-
-
 def bind_symbols(func_op: Any, args: Sequence[Any]) -> dict[str, int]:
     """The shape symbols of ``func_op`` bound from the shapes of ``args`` (anything with a
     shape, in parameter order); ReferenceError when they cannot be bound consistently."""
@@ -81,61 +74,10 @@ def bind_shapes(func_op: Any, args: Sequence[Any]) -> Binding:
     ps = params(func_op)
     if len(args) != len(ps):
         raise ReferenceError(f"expected {len(ps)} arguments, got {len(args)}")
-    lead: tuple[int, ...] | None = None
-    lead_from = ""
-    sizes: list[tuple[str, int, Dim, int]] = []  # (argument, axis, declared, actual)
-    for p, arg in zip(ps, args):
-        shape = tuple(int(s) for s in np.shape(arg))
-        dims = p.info.dims
-        k = len(shape) - len(dims)  # the number of '...' dimensions
-        if k < 0 or (k > 0 and not p.info.rank_generic):
-            rank = f">= {len(dims)}" if p.info.rank_generic else str(len(dims))
-            raise ReferenceError(f"argument '{p.name}': expected rank {rank} ({p.info}), "
-                                 f"got rank {len(shape)} (shape {shape})")
-        if p.info.rank_generic and lead is None:
-            lead, lead_from = shape[:k], p.name
-        elif p.info.rank_generic and shape[:k] != lead:
-            raise ReferenceError(f"argument '{p.name}': its '...' dimensions {shape[:k]} "
-                                 f"differ from {lead} of argument '{lead_from}'")
-        sizes += [(p.name, k + i, d, s) for i, (d, s) in enumerate(zip(dims, shape[k:]))]
-
-    symbols: dict[str, int] = {}
-    bound_by: dict[str, str] = {}
-    progress = True
-    while progress:
-        progress = False
-        for name, axis, d, size in sizes:
-            solved = d.solve_for(size, symbols)
-            if solved is None:
-                continue
-            sym, value = solved
-            if value.denominator != 1 or value < 0:
-                raise ReferenceError(
-                    f"argument '{name}' dimension {axis} is {d} = {size}: {sym} would be "
-                    f"{value}, not a non-negative integer")
-            symbols[sym] = int(value)
-            bound_by[sym] = f"argument '{name}' dimension {axis}"
-            progress = True
-
-    for name, axis, d, size in sizes:
-        unknown = sorted(d.symbols() - symbols.keys())
-        if unknown:
-            raise ReferenceError(f"argument '{name}' dimension {axis} is {d}: cannot bind "
-                                 f"{', '.join(unknown)} from the argument shapes")
-        want = d.evaluate(symbols)
-        if want == size:
-            continue
-        syms = sorted(d.symbols())
-        if not syms:
-            raise ReferenceError(f"argument '{name}' dimension {axis}: expected {d}, got {size}")
-        if d == Dim.sym(syms[0]):
-            raise ReferenceError(
-                f"symbol {syms[0]} is {symbols[syms[0]]} from {bound_by[syms[0]]} but argument "
-                f"'{name}' dimension {axis} is {size}")
-        given = ", ".join(f"{s} = {symbols[s]} from {bound_by[s]}" for s in syms)
-        raise ReferenceError(f"argument '{name}' dimension {axis}: expected {d} = {want} "
-                             f"({given}), got {size}")
-    return Binding(symbols, lead)
+    try:
+        return bind([(p.name, p.info.shape) for p in ps], [np.shape(a) for a in args])
+    except BindError as e:
+        raise ReferenceError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------

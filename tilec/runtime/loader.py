@@ -27,6 +27,8 @@ from typing import Any, Sequence
 import ml_dtypes
 import numpy as np
 
+from ..binding import Binding
+from ..binding import bind as bind_shapes
 from ..dims import ELLIPSIS, Dim, parse_dim
 
 METADATA_FORMAT = 1
@@ -68,63 +70,10 @@ class Variant:
     results: tuple[Shape, ...]
 
 
-@dataclass(frozen=True)
-class Binding:
-    symbols: dict[str, int]
-    lead: tuple[int, ...] | None      # the '...' extents of the IR types (None: no '...')
-
-
 def bind(shapes: Sequence[tuple[str, Shape]], arrays: Sequence[Any]) -> Binding:
     """Bind symbols and ``...`` extents from ``arrays``' shapes (tensors only, with their
     parameter names); ValueError naming the argument whose shape does not fit."""
-    lead: tuple[int, ...] | None = None
-    lead_from = ""
-    sizes: list[tuple[str, int, Dim, int]] = []    # (argument, axis, declared, actual)
-    for (name, shape), array in zip(shapes, arrays):
-        actual = tuple(int(s) for s in array.shape)
-        dims = _dims(shape)
-        k = len(actual) - len(dims)
-        if k < 0 or (k > 0 and not _rank_generic(shape)):
-            rank = f">= {len(dims)}" if _rank_generic(shape) else str(len(dims))
-            raise ValueError(f"argument '{name}': expected rank {rank}, got rank {len(actual)} "
-                             f"(shape {actual})")
-        if _rank_generic(shape):
-            if lead is None:
-                lead, lead_from = actual[:k], name
-            elif actual[:k] != lead:
-                raise ValueError(f"argument '{name}': its '...' dimensions {actual[:k]} differ "
-                                 f"from {lead} of argument '{lead_from}'")
-        sizes += [(name, k + i, d, s) for i, (d, s) in enumerate(zip(dims, actual[k:]))]
-    symbols: dict[str, int] = {}
-    bound_by: dict[str, str] = {}
-    progress = True
-    while progress:
-        progress = False
-        for name, axis, d, size in sizes:
-            solved = d.solve_for(size, symbols)
-            if solved is None:
-                continue
-            sym, value = solved
-            if value.denominator != 1 or value < 0:
-                raise ValueError(f"argument '{name}' dimension {axis} is {d} = {size}: {sym} "
-                                 f"would be {value}, not a non-negative integer")
-            symbols[sym] = int(value)
-            bound_by[sym] = f"argument '{name}' dimension {axis}"
-            progress = True
-    for name, axis, d, size in sizes:
-        unknown = sorted(d.symbols() - symbols.keys())
-        if unknown:
-            raise ValueError(f"argument '{name}' dimension {axis} is {d}: cannot bind "
-                             f"{', '.join(unknown)} from the argument shapes")
-        want = d.evaluate(symbols)
-        if want == size:
-            continue
-        if not d.symbols():
-            raise ValueError(f"argument '{name}' dimension {axis}: expected {d}, got {size}")
-        given = ", ".join(f"{s} = {symbols[s]} from {bound_by[s]}" for s in sorted(d.symbols()))
-        raise ValueError(f"argument '{name}' dimension {axis}: expected {d} = {want} "
-                         f"({given}), got {size}")
-    return Binding(symbols, lead)
+    return bind_shapes(shapes, [a.shape for a in arrays])
 
 
 @dataclass(frozen=True)
