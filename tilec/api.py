@@ -3,10 +3,9 @@
 In: a path or source text, a target and :class:`~tilec.driver.CompileOptions` fields as
 keywords (``defines={"seq": 2048}``, ``templates=...``, ``no_generic=True``, ``opt_level=``,
 ``arch=``).  Out: the :class:`~tilec.runtime.loader.Library` that ``tilec.load`` returns.
-Libraries are cached under :func:`tilec.driver.cache_dir`, keyed by the source, its name, the
-options and a digest of tilec itself (its sources and the C compiler command), so a changed
-compiler never serves a stale library; ``cache=False`` builds into a temporary directory that
-is removed once the library is loaded.
+Libraries come from the compile cache (:func:`tilec.driver.build`; see
+:func:`tilec.driver.cache_key` for what it is keyed by) and are loaded from it;
+``cache=False`` builds into a temporary directory that is removed once the library is loaded.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import DiagnosticSink, default_sink
-from .driver import (CompileOptions, build_digest, cache_dir, compile_binary, read_source,
-                     write_outputs)
+from .driver import CompileOptions, build, read_source, write_outputs
 from .runtime.loader import Library, load
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(CompileOptions) if f.name != "emit")
@@ -38,16 +36,12 @@ def compile_string(text: str, name: str = "<string>", target: str = "cpu", *,
     the library; TilecError for a mistake in the program."""
     opts = _options(target, options)
     stem = re.sub(r"\W+", "_", Path(name).stem).strip("_") or "tilec"
-    if cache:
-        key = build_digest(text, name, dataclasses.asdict(opts))
-        path = cache_dir() / key[:2] / key / f"{stem}.so"
-        if not path.exists():
-            write_outputs(str(path), compile_binary(text, name, opts, sink or default_sink(),
-                                                    stem))
-        return load(path)
+    built = build(text, name, opts, sink or default_sink(), stem, use_cache=cache)
+    if built.output is not None:
+        return load(built.output)
     with tempfile.TemporaryDirectory(prefix="tilec-") as tmp:
         path = Path(tmp) / f"{stem}.so"
-        write_outputs(str(path), compile_binary(text, name, opts, sink or default_sink(), stem))
+        write_outputs(str(path), built.files)
         return load(path)   # the loaded library outlives its file
 
 

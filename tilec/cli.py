@@ -9,13 +9,17 @@ import argparse
 import dataclasses
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from .diagnostics import TilecError, default_sink, register_source
-from .driver import (ALL_STAGES, BINARY_STAGES, TARGETS, CompileOptions, compile_binary,
-                     compile_text, read_source, write_atomic, write_outputs)
+from .cache import Store
+from .driver import (ALL_STAGES, BINARY_STAGES, TARGETS, CompileOptions, build, cache_dir,
+                     read_source, write_atomic, write_outputs, write_stages)
+
+CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,7 +50,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     """The options that change what is built (shared by compiling and ``tilec verify``)."""
     p.add_argument("--target", default="cpu", choices=TARGETS)
     p.add_argument("--arch", default="",
-                   help="cpu: x86-64-v3 (default) or native (tune for this machine)")
+                   help="cpu: x86-64-v3 (default) or native (tune for this machine); "
+                        "ptx: sm_80, sm_90 (default), sm_90a")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
                    help="fix shape symbol SYM to V")
     p.add_argument("--template", dest="templates", action="append", default=[],
@@ -67,8 +72,18 @@ def _build_options(args: argparse.Namespace) -> dict:
             "test_break": os.environ.get("TILEC_TEST_BREAK_KERNEL", "")}
 
 
+class _PrintCmakeDir(argparse.Action):
+    """``--cmake-dir``: print the CMake package's directory (``tilec_DIR``) and exit."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(CMAKE_DIR)
+        parser.exit()
+
+
 def _compile_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.")
+    p.add_argument("--cmake-dir", action=_PrintCmakeDir, nargs=0,
+                   help="print the directory of the CMake package (for tilec_DIR) and exit")
     p.add_argument("file", help="the .tile source")
     p.add_argument("-o", dest="output",
                    help="output path (written atomically; a library's header goes beside it); "
@@ -87,6 +102,13 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="verify the tile IR before the pass pipeline and after every pass")
     p.add_argument("--mlir-print-debuginfo", dest="debug_info", action="store_true",
                    help="print source locations on every op")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile even if the compile cache holds the result, store nothing")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write the text of every stage (DIR/<name>.<stage>.txt)")
+    p.add_argument("--verbose", action="store_true",
+                   help="report on stderr whether the compile cache served the result, and "
+                        "for ptx ptxas's report (registers, spills, shared memory)")
     return p
 
 
@@ -113,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["verify"]:
         return verify_main(argv[1:])
+    if argv[:1] == ["cache"]:
+        return cache_main(argv[1:])
+    if argv[:1] == ["bench"]:
+        return bench_main(argv[1:])
 
     def run() -> int:
         args = _compile_parser().parse_args(argv)
@@ -122,16 +148,51 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
             verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
-        if options.emit in BINARY_STAGES:
-            output = args.output or Path(args.file).stem + (".so" if options.emit == "so" else ".o")
-            write_outputs(output, compile_binary(text, args.file, options, default_sink(),
-                                                 Path(output).stem))
-            return 0
-        out = compile_text(text, args.file, options, default_sink())
-        if args.output:
-            write_atomic(args.output, out)
+        binary = options.emit in BINARY_STAGES
+        output = args.output
+        if binary and output is None:
+            output = Path(args.file).stem + (".so" if options.emit == "so" else ".o")
+        name = Path(output or args.file).stem
+        built = build(text, args.file, options, default_sink(), name,
+                      use_cache=not args.no_cache,
+                      record_stages=args.dump_dir is not None or args.verbose)
+        if args.verbose:
+            print(_cache_report(built.key, built.hit), file=sys.stderr)
+            if "ptxas" in built.stages:
+                print(built.stages["ptxas"], file=sys.stderr)
+        if args.dump_dir is not None:
+            write_stages(args.dump_dir, name, built.stages)
+        if binary:
+            write_outputs(output, built.files)
+        elif output:
+            write_atomic(output, built.files[""])
         else:
+            out = built.files[""].decode()
             sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        return 0
+
+    return _guarded(run)
+
+
+def _cache_report(key: str | None, hit: bool) -> str:
+    if key is None:
+        return "tilec: compile cache bypassed"
+    return f"tilec: compile cache {'hit' if hit else 'miss'}: {key} in {cache_dir()}"
+
+
+def cache_main(argv: Sequence[str]) -> int:
+    """``tilec cache info`` (location, entries, total size) and ``tilec cache clear``."""
+    def run() -> int:
+        p = _Parser(prog="tilec cache", description="Inspect or empty the compile cache.")
+        p.add_argument("action", choices=("info", "clear"))
+        args = p.parse_args(argv)
+        store = Store(cache_dir())
+        if args.action == "clear":
+            print(f"removed {store.clear()} entries from {store.root}")
+        else:
+            usage = store.usage()
+            print(f"location: {usage.root}\nentries:  {usage.entries}\n"
+                  f"size:     {usage.bytes} bytes ({usage.bytes / 2**20:.1f} MiB)")
         return 0
 
     return _guarded(run)
@@ -160,6 +221,22 @@ def verify_main(argv: Sequence[str]) -> int:
                         max_elements=args.max_elements, seed=args.seed, progress=sys.stderr)
         print(report.table())
         return 0 if report.ok else 1
+
+    return _guarded(run)
+
+
+BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "cpu_ops.py"
+BENCH_UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")   # they slow a current NumPy down
+
+
+def bench_main(argv: Sequence[str]) -> int:
+    """``tilec bench [OPTIONS]``: run ``bench/cpu_ops.py`` of a source checkout (tilec against
+    NumPy and PyTorch; ``tilec bench --help``) in a child process without ``BENCH_UNSET``."""
+    def run() -> int:
+        if not BENCH_SCRIPT.is_file():
+            raise TilecError(f"tilec bench needs a source checkout of tilec: no {BENCH_SCRIPT}")
+        env = {k: v for k, v in os.environ.items() if k not in BENCH_UNSET}
+        return subprocess.call([sys.executable, str(BENCH_SCRIPT), *argv], env=env)
 
     return _guarded(run)
 

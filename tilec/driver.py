@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from .diagnostics import DiagnosticSink, TilecError
-from .frontend.sema import Options as SemaOptions
+from .cache import Store
+from .diagnostics import Diagnostic, DiagnosticSink, Span, TilecError, register_source
+
+if TYPE_CHECKING:
+    from .frontend.sema import Options as SemaOptions
 
 ALL_STAGES = ("ast", "ir", "opt", "kernel", "llvm", "obj", "gpu", "nvvm", "ptx", "cubin",
               "ascendc", "so")
@@ -42,7 +50,8 @@ class CompileOptions:
     test_break: str = ""                  # a function whose library output is perturbed (tests)
 
     def sema(self) -> SemaOptions:
-        return SemaOptions(dict(self.defines), {k: list(v) for k, v in self.templates.items()})
+        from .frontend.sema import Options
+        return Options(dict(self.defines), {k: list(v) for k, v in self.templates.items()})
 
 
 def read_source(path: str) -> str:
@@ -59,15 +68,15 @@ def print_module(module, debug_info: bool) -> str:
 
 def compile_text(text: str, file: str, options: CompileOptions, sink: DiagnosticSink) -> str:
     """Run the pipeline up to ``options.emit`` and return that stage's text."""
+    from .frontend.astprint import format_ast
     from .frontend.parser import parse
 
-    if options.emit not in ALL_STAGES:
-        raise TilecError(f"unknown stage '{options.emit}'; expected one of "
-                         + ", ".join(ALL_STAGES))
+    emit = options.emit
+    if emit not in ALL_STAGES:
+        raise TilecError(f"unknown stage '{emit}'; expected one of " + ", ".join(ALL_STAGES))
     tree = parse(text, file)
-    if options.emit == "ast":
-        from .frontend.astprint import format_ast
-        return format_ast(tree)
+    if (out := note_stage("ast", lambda: format_ast(tree), emit)) is not None:
+        return out
     from .dialect import make_context
     from .frontend.irgen import build_module
     from .frontend.sema import analyze
@@ -75,34 +84,51 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
     functions = analyze(tree, options.sema(), sink)
     with make_context():
         module = build_module(functions, file)
-        if options.emit == "ir":
-            return print_module(module, options.debug_info)
+        printed = functools.partial(print_module, module, options.debug_info)
+        if (out := note_stage("ir", printed, emit)) is not None:
+            return out
         optimize(module, options, sink)
-        if options.emit == "opt":
-            return print_module(module, options.debug_info)
+        if (out := note_stage("opt", printed, emit)) is not None:
+            return out
         build_kernels(module, options, sink)
-        if options.emit == "kernel":
-            return print_module(module, options.debug_info)
-        if options.emit == "llvm" and options.target == "cpu":
+        if (out := note_stage("kernel", printed, emit)) is not None:
+            return out
+        if emit == "llvm" and options.target == "cpu":
             from .codegen.cpu import emit_llvm_ir
-            return emit_llvm_ir(module, cpu_arch(options))
+            return note_stage("llvm", lambda: emit_llvm_ir(module, cpu_arch(options)), emit)
+        if emit in PTX_TEXT_STAGES and options.target == "ptx":
+            return ptx_backend(options).run(module, emit, note_stage)
     raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
                      "at --emit=kernel")
 
 
-BINARY_STAGES = ("obj", "so")
+BINARY_STAGES = ("obj", "cubin", "so")
 CPU_ARCHES = ("x86-64-v3", "native")
+PTX_TEXT_STAGES = ("gpu", "nvvm", "llvm", "ptx")
+
+
+def ptx_backend(options: CompileOptions):
+    """The PTX backend for ``options`` (``--arch``, default sm_90, checked)."""
+    from .codegen.ptx import Options, PtxBackend
+    return PtxBackend(Options(options.arch or "sm_90"))
 
 
 def kernel_module(text: str, file: str, options: CompileOptions, sink: DiagnosticSink):
     """``text`` lowered to kernel-level IR (in the current MLIR context)."""
+    from .frontend.astprint import format_ast
     from .frontend.irgen import build_module
     from .frontend.parser import parse
     from .frontend.sema import analyze
 
-    module = build_module(analyze(parse(text, file), options.sema(), sink), file)
+    tree = parse(text, file)
+    note_stage("ast", lambda: format_ast(tree))
+    module = build_module(analyze(tree, options.sema(), sink), file)
+    printed = functools.partial(print_module, module, options.debug_info)
+    note_stage("ir", printed)
     optimize(module, options, sink)
+    note_stage("opt", printed)
     build_kernels(module, options, sink)
+    note_stage("kernel", printed)
     return module
 
 
@@ -120,13 +146,15 @@ def compile_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
     """Stage ``obj`` (the kernels' object file) or ``so`` (a shared library named ``name``
     and its header): each file keyed by the suffix it takes beside the output ("" for the
     output itself, ".h" for the header).  The C compiler is ``$CC``, else ``cc``."""
-    if options.target != "cpu":
+    if options.target == "ptx":
+        return _ptx_binary(text, file, options, sink, name)
+    if options.target != "cpu" or options.emit == "cubin":
         raise TilecError(f"--emit={options.emit} is not implemented yet for --target "
                          f"{options.target}")
     arch = cpu_arch(options)
     from .codegen.cpu import compile_kernels
-    from .codegen.cpu.host import generate
-    from .codegen.cpu.link import link
+    from .codegen.common.host import generate
+    from .codegen.common.link import link
     from .dialect import make_context
 
     with make_context():
@@ -134,15 +162,41 @@ def compile_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
         host = generate(module, name=name, source=file, arch=arch,
                         test_break=options.test_break)
         kernels = compile_kernels(module, arch)
+    note_stage("llvm", lambda: kernels.llvm_ir)
     if options.emit == "obj":
         return {"": kernels.object}
-    library = link(host, kernels.object, os.environ.get("CC") or "cc")
+    library = link(host, kernels.object, os.environ.get("CC") or "cc", f"{name}.so")
+    return {".h": host.header.encode(), "": library}
+
+
+def _ptx_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                name: str) -> dict[str, bytes]:
+    """``cubin``, or ``so``: the host C embedding the cubin and PTX, linked with the CUDA
+    launcher.  The ptxas report is the stage ``ptxas`` (what ``--verbose`` prints)."""
+    if options.emit == "obj":
+        raise TilecError("--emit=obj is for --target cpu; --target ptx emits cubin or so")
+    from .codegen.common.host import DeviceCode, generate
+    from .codegen.common.link import link
+    from .codegen.common.schedule import Kernel
+    from .dialect import make_context
+
+    backend = ptx_backend(options)
+    with make_context():
+        module = kernel_module(text, file, options, sink)
+        compiled = backend.run(module, "cubin", note_stage)
+        if options.emit == "cubin":
+            return {"": compiled.cubin}
+        kernels = {k.name: Kernel(i, k.name, len(k.inputs) + len(k.outputs), k.shared,
+                                  k.row_elements) for i, k in enumerate(compiled.kernels)}
+        host = generate(module, name=name, source=file, arch=backend.options.arch,
+                        device=DeviceCode(compiled.cubin, compiled.ptx, kernels))
+    library = link(host, None, os.environ.get("CC") or "cc", f"{name}.so")
     return {".h": host.header.encode(), "": library}
 
 
 def cache_dir() -> Path:
-    """Where :mod:`tilec.api` caches libraries: ``$TILEC_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/tilec``, else ``~/.cache/tilec``."""
+    """The compile cache's directory: ``$TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``,
+    else ``~/.cache/tilec``."""
     if os.environ.get("TILEC_CACHE_DIR"):
         return Path(os.environ["TILEC_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilec"
@@ -159,16 +213,147 @@ def _compiler_digest() -> str:
     return digest.hexdigest()
 
 
-def build_digest(text: str, file: str, options: dict) -> str:
-    """The cache key of a library: source, file name, options, tilec, the C compiler and,
-    for ``--arch native``, the host CPU."""
-    host = ""
-    if options.get("arch") == "native":
+REPORT_OPTIONS = ("print_ir_after_all", "print_ir_after", "time_passes", "verify_each")
+"""Options that report on a compile while it runs: they never change its output, and a compile
+asked for one of them runs rather than being served from the cache."""
+
+
+@functools.lru_cache(maxsize=None)
+def tool_identity(command: str) -> str:
+    """``command`` and the first line of its ``--version`` (asked once per process)."""
+    try:
+        done = subprocess.run([*shlex.split(command), "--version"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"{command}: unavailable ({type(e).__name__})"
+    return f"{command}: " + (done.stdout or done.stderr).partition("\n")[0].strip()
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def toolchain(options: CompileOptions) -> dict[str, str]:
+    """Every tool whose version decides the output of a compile with ``options``: tilec (its
+    version and a digest of its sources, so an edit to tilec invalidates), the MLIR bindings,
+    llvmlite, the C (and for ascend-sim C++) compiler of a binary stage, ptxas and libdevice
+    (their wheels) for ptx, bisheng for ascend, and the host CPU for ``--arch native``."""
+    from . import __version__
+
+    tools = {"tilec": __version__, "tilec-sources": _compiler_digest(),
+             "torch-mlir": _dist_version("torch-mlir"), "llvmlite": _dist_version("llvmlite")}
+    if options.emit in BINARY_STAGES:
+        tools["cc"] = tool_identity(os.environ.get("CC") or "cc")
+        if options.target == "ascend-sim":
+            tools["c++"] = tool_identity(os.environ.get("CXX") or "c++")
+    if options.target == "ptx":
+        tools["ptxas"] = _dist_version("nvidia-cuda-nvcc")
+        tools["libdevice"] = _dist_version("nvidia-nvvm")
+    if options.target == "ascend":
+        tools["bisheng"] = tool_identity("bisheng")
+    if options.arch == "native":
         import llvmlite.binding as llvm
-        host = llvm.get_host_cpu_name() + llvm.get_host_cpu_features().flatten()
-    key = {"text": text, "file": file, "options": options, "tilec": _compiler_digest(),
-           "cc": os.environ.get("CC") or "cc", "host": host}
+        tools["host"] = llvm.get_host_cpu_name() + llvm.get_host_cpu_features().flatten()
+    return tools
+
+
+def cache_key(text: str, file: str, name: str, options: CompileOptions) -> str:
+    """The content address of a compile: sha256 over the source text, the file name
+    (diagnostics and a library's metadata quote it), a library's name (its header does),
+    every option but :data:`REPORT_OPTIONS`, and :func:`toolchain`."""
+    library = name if options.emit in BINARY_STAGES else ""
+    key = {"source": hashlib.sha256(text.encode()).hexdigest(), "file": file, "name": library,
+           "options": {k: v for k, v in asdict(options).items() if k not in REPORT_OPTIONS},
+           "toolchain": toolchain(options)}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_stage_log: ContextVar[dict[str, str] | None] = ContextVar("tilec_stage_log", default=None)
+
+
+def note_stage(stage: str, produce: Callable[[], str], emit: str = "") -> str | None:
+    """A compile reached ``stage``: its text, ``produce()``, is recorded while :func:`build`
+    records stages (for ``--dump-dir`` and the cache), and returned when ``stage`` is the
+    stage to ``emit`` (else None).  Every text stage of every target reports here."""
+    log = _stage_log.get()
+    if log is None and stage != emit:
+        return None
+    text = produce()
+    if log is not None:
+        log[stage] = text
+    return text if stage == emit else None
+
+
+@dataclass(frozen=True)
+class Build:
+    """What :func:`build` produced."""
+
+    files: dict[str, bytes]    # as compile_binary's; a text stage is {"": its text}
+    stages: dict[str, str]     # the text of each stage the compile went through, when recorded
+    output: Path | None        # the "" file inside the cache entry, when there is one
+    key: str | None            # the cache key, unless the cache was bypassed
+    hit: bool
+
+
+def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, name: str, *,
+          use_cache: bool = True, record_stages: bool = False) -> Build:
+    """The one compile entry: stage ``options.emit`` of ``text`` (``name`` names a library and
+    its header), served from the compile cache when the same compile was stored (its warnings
+    are reported again), else compiled and stored with every stage's text.
+    ``use_cache=False`` and the :data:`REPORT_OPTIONS` bypass the cache; stages are then
+    recorded only when ``record_stages``."""
+    if not use_cache or any(getattr(options, f) for f in REPORT_OPTIONS):
+        files, stages, _ = _compile(text, file, options, sink, name, record_stages)
+        return Build(files, stages, None, None, hit=False)
+    key = cache_key(text, file, name, options)
+    store = Store(cache_dir())
+    entry = store.lookup(key)
+    if entry is not None:
+        meta = entry.meta
+        register_source(file, text)
+        for warning in meta["warnings"]:
+            sink.warn(warning["message"], warning["span"] and Span(**warning["span"]))
+        return Build({suffix: entry.files[path] for suffix, path in meta["outputs"].items()},
+                     {stage: entry.files[path].decode() for stage, path in
+                      meta["stages"].items()},
+                     entry.path / meta["outputs"][""], key, hit=True)
+    files, stages, warnings = _compile(text, file, options, sink, name, record=True)
+    outputs = {suffix: f"out/{name}{suffix or '.' + options.emit}" for suffix in files}
+    stage_paths = {stage: f"stages/{stage}.txt" for stage in stages}
+    meta = {"file": file, "emit": options.emit, "target": options.target,
+            "outputs": outputs, "stages": stage_paths,
+            "warnings": [{"message": w.message, "span": w.span and asdict(w.span)}
+                         for w in warnings]}
+    stored = {**{outputs[s]: data for s, data in files.items()},
+              **{stage_paths[s]: text.encode() for s, text in stages.items()}}
+    entry_path = store.publish(key, stored, meta)
+    return Build(files, stages, entry_path and entry_path / outputs[""], key, hit=False)
+
+
+def _compile(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, name: str,
+             record: bool) -> tuple[dict[str, bytes], dict[str, str], list[Diagnostic]]:
+    """Compile without the cache: the output files, the recorded stage texts and the
+    warnings reported meanwhile."""
+    before = len(sink.warnings)
+    log: dict[str, str] | None = {} if record else None
+    token = _stage_log.set(log)
+    try:
+        if options.emit in BINARY_STAGES:
+            files = compile_binary(text, file, options, sink, name)
+        else:
+            files = {"": compile_text(text, file, options, sink).encode()}
+    finally:
+        _stage_log.reset(token)
+    return files, log or {}, sink.warnings[before:]
+
+
+def write_stages(directory: str, name: str, stages: dict[str, str]) -> None:
+    """``--dump-dir``: each stage's text as ``DIRECTORY/<name>.<stage>.txt``."""
+    for stage, text in stages.items():
+        write_atomic(str(Path(directory) / f"{name}.{stage}.txt"), text)
 
 
 def write_outputs(path: str, files: dict[str, bytes]) -> None:

@@ -189,7 +189,7 @@ def test_scalars(programs) -> None:
 
 
 def test_intermediates_share_memory_where_tile_reuse_says(programs) -> None:
-    from tilec.codegen.cpu.host import generate
+    from tilec.codegen.common.host import generate
     from tilec.diagnostics import DiagnosticSink
     from tilec.dialect import make_context
     from tilec.driver import kernel_module
@@ -233,7 +233,7 @@ def test_the_c_entry_checks_what_its_caller_passes(programs) -> None:
 
 
 def test_the_generated_host_code_compiles_without_warnings(tmp_path: Path) -> None:
-    from tilec.codegen.cpu.host import generate
+    from tilec.codegen.common.host import generate
     from tilec.diagnostics import DiagnosticSink
     from tilec.dialect import make_context
     from tilec.driver import kernel_module

@@ -13,8 +13,11 @@ shape-template variants itself.  Mistakes raise TypeError (what was passed) or V
 (shapes, layout) naming the argument; a failure inside the library raises RuntimeError with
 its ``tilec_last_error()``.
 
-This module imports only NumPy, ml_dtypes, ctypes and :mod:`tilec.dims`: a built library
-runs where the compiler and MLIR are not installed.
+A library built for ``--target ptx`` takes NumPy arrays (copied to the device and back) and
+device arrays (``__cuda_array_interface__``, DLPack on a CUDA device): see :mod:`.device`.
+
+This module imports only NumPy, ml_dtypes, ctypes, :mod:`tilec.dims` and :mod:`.device`: a
+built library runs where the compiler and MLIR are not installed.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import numpy as np
 from ..binding import Binding
 from ..binding import bind as bind_shapes
 from ..dims import ELLIPSIS, Dim, parse_dim
+from .device import Device
 
 METADATA_FORMAT = 1
 NUMPY_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -320,15 +324,20 @@ class Function:
         values = self._match(args, kwargs)
         tensors: list[tuple[Param, np.ndarray]] = []
         scalars: list[int | float] = []
+        device = self.library.device
         for p, value in zip(self.params, values):
+            role = f"{self.name}: argument '{p.name}'"
             if p.kind == "scalar":
                 scalars.append(self._scalar(p, value))
+            elif device is None:
+                tensors.append((p, self._array(p.dtype, value, role)))
             else:
-                tensors.append((p, self._array(p.dtype, value,
-                                               f"{self.name}: argument '{p.name}'")))
+                tensors.append((p, device.tensor(NUMPY_DTYPES[p.dtype], value, role,
+                                                 lambda v: self._array(p.dtype, v, role))))
         binding, result_shapes = self._binding(tensors)
         for p, array in tensors:
-            self._layout(array, f"{self.name}: argument '{p.name}'")
+            if isinstance(array, np.ndarray):
+                self._layout(array, f"{self.name}: argument '{p.name}'")
         missing = [s for s in self.symbols + (self.lead or []) if s not in binding.symbols]
         if missing:
             raise ValueError(f"{self.name}: cannot bind {', '.join(missing)} from the argument "
@@ -338,15 +347,20 @@ class Function:
         for r, shape in enumerate(result_shapes):
             dims = self._extents(shape, binding.symbols, r)
             shapes.append(lead + dims if _rank_generic(shape) else dims)
-        returned, outputs = self._outputs(out, shapes,
-                                          [(f"argument '{p.name}'", a) for p, a in tensors])
-        c_args: list[Any] = [a.ctypes.data for _, a in tensors] + [a.ctypes.data for a in outputs]
-        c_args += [binding.symbols[s] for s in self.symbols]
+        tail: list[Any] = [binding.symbols[s] for s in self.symbols]
         if self.lead is not None:
             extents = list(lead) + [binding.symbols[s] for s in self.lead]
-            c_args += [len(extents), (ctypes.c_int64 * max(len(extents), 1))(*extents)]
-        c_args += scalars + [None]
-        if self._entry(*c_args) != 0:
+            tail += [len(extents), (ctypes.c_int64 * max(len(extents), 1))(*extents)]
+        tail += scalars
+        if device is not None:
+            returned = device.call(self._entry, [a for _, a in tensors],
+                                   [NUMPY_DTYPES[dtype] for dtype, _ in self.results], shapes,
+                                   out, tail)
+            return returned[0] if len(returned) == 1 else tuple(returned)
+        returned, outputs = self._outputs(out, shapes,
+                                          [(f"argument '{p.name}'", a) for p, a in tensors])
+        c_args = [a.ctypes.data for _, a in tensors] + [a.ctypes.data for a in outputs]
+        if self._entry(*c_args, *tail, None) != 0:
             raise RuntimeError(self.library.last_error())
         return returned[0] if len(returned) == 1 else tuple(returned)
 
@@ -371,6 +385,8 @@ class Library:
             raise ValueError(f"'{self.path}' has metadata format {self.metadata.get('format')}; "
                              f"this runtime reads format {METADATA_FORMAT}")
         self.cdll.tilec_last_error.restype = ctypes.c_char_p
+        self.target: str = self.metadata.get("target", "cpu")
+        self.device = Device(self.cdll, self.last_error) if self.target == "ptx" else None
         self.functions = {name: Function(self, name, meta)
                           for name, meta in self.metadata["functions"].items()}
 

@@ -1,4 +1,4 @@
-"""Scalar arithmetic for the CPU lowering: SSA values of arith/math ops with Python operators.
+"""Scalar arithmetic for the kernel lowerings: SSA values of arith/math ops with Python operators.
 
 In: MLIR values of scalar type (f32, f64, i1, i16, i32, i64, index).  Out: ``arith``/``math``
 ops built at the current insertion point.  ``Num(a) + 1.5`` builds ``arith.addf`` with an

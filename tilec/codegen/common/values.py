@@ -1,7 +1,7 @@
-"""Lazy row values of the CPU lowering: what a tile op's result is before it is computed.
+"""Lazy row values of the kernel lowerings: what a tile op's result is before it is computed.
 
 In: nothing of MLIR but the values already built (buffers, row offsets, scalars).  Out: a small
-tree per tile value that :mod:`tilec.codegen.cpu.kernel` evaluates inside ONE loop nest where
+tree per tile value that a backend evaluates inside ONE loop nest (or thread-strided loop) where
 it is materialised, so that a chain of element-wise and data-movement ops costs one pass:
 
 - :class:`View`: elements in memory (a global buffer's row, a scratch buffer): ``buffer``,

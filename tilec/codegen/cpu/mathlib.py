@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from .scalar import (Num, bitcast, const, f32, f64, fabs, floor, horner, i32, logical_not,
+from ..common.scalar import (Num, bitcast, const, f32, f64, fabs, floor, horner, i32, logical_not,
                      multiply_add, round_even, select, to_float, to_int)
 
 # Cody-Waite split of ln 2: the first part has 9 significant bits, so n * LN2_HI is exact.

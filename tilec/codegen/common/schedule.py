@@ -16,6 +16,11 @@ Kernel C ABI (the CPU backend's object):
 int64_t row_end)``: one flat row-major buffer per argument and result in storage type (a
 rank-0 argument is one float32, or int32), ``dims`` the kernel's ``symbols`` then, for a
 rank-generic kernel, the rank and extents of its ``...``; rows of ``grid`` flattened row-major.
+
+On a device (ptx) the same schedule launches each kernel of the cubin with device pointers
+(a rank-0 argument in its own element type: the entry stages the scalar parameters on the
+device first), the kernel's symbols, the product of the ``...`` extents, and the dynamic
+shared memory the kernel's row needs; intermediates are device memory on the stream.
 """
 from __future__ import annotations
 
@@ -109,8 +114,10 @@ class Kernel:
     """A kernel function as the host calls it."""
 
     index: int
-    symbol: str      # _mlir_ciface_NAME
-    buffers: int     # memrefs before dims: arguments, then results
+    symbol: str                       # _mlir_ciface_NAME (cpu), the cubin's entry (ptx)
+    buffers: int                      # memrefs before dims: arguments, then results
+    shared: Dim = Dim.const(0)        # ptx: dynamic shared memory per block
+    row_elements: Dim = Dim.const(1)  # ptx: elements of the largest output row
 
 
 @dataclass
@@ -125,6 +132,8 @@ class Launch:
     rows: str
     traffic: str                         # bytes read and written: the runtime's grain
     frees: list[int]                     # slots whose last reader this is
+    shared: str = "0"                    # ptx: C expressions of Kernel.shared, .row_elements
+    row_elements: str = "1"
 
 
 @dataclass
@@ -140,6 +149,7 @@ class Impl:
     slots: int = 0
     perturb: str = ""                                                 # the test hook's damage
     perturb_dtype: str = ""
+    scalars: list[tuple[int, str]] = field(default_factory=list)      # device: (k, dtype)
 
 
 class ImplBuilder:
@@ -147,8 +157,9 @@ class ImplBuilder:
     then those peeled off ``...``), dimensions ``d[k]``, element counts ``n[k]``."""
 
     def __init__(self, fn: Any, impl: Impl, symbols: list[str], functions: dict[str, Any],
-                 kernels: dict[str, Kernel]) -> None:
+                 kernels: dict[str, Kernel], device: bool = False) -> None:
         self.fn = fn
+        self.device = device
         self.impl = impl
         self.symbol_index = {s: i for i, s in enumerate(symbols)}
         self.functions = functions
@@ -158,6 +169,8 @@ class ImplBuilder:
 
     # dimensions -----------------------------------------------------------------------------
     def sym(self, name: str) -> str:
+        if name == ELLIPSIS:
+            return "ir_lead_numel"
         if name not in self.symbol_index:
             raise TilecError(f"internal: '{self.impl.title}' needs symbol '{name}', which the "
                              "caller does not pass", span_of(self.fn.location))
@@ -226,7 +239,9 @@ class ImplBuilder:
         for p, arg in zip(params, block.arguments):
             if p.scalar:
                 scalar[arg] = len(scalar)
-                where[arg] = f"(void*)&sc[{scalar[arg]}]"
+                where[arg] = f"(void*)(dsc + {8 * scalar[arg]})" if self.device else \
+                    f"(void*)&sc[{scalar[arg]}]"
+                self.impl.scalars.append((scalar[arg], p.info.dtype))
             else:
                 where[arg] = f"(void*)in[{tensors}]"
                 tensors += 1
@@ -336,7 +351,8 @@ class ImplBuilder:
             n = self.size(v, f"a buffer of kernel '{name}'")
             bytes_ = f"tilec_mul({n}, {ELEMENT_BYTES[info.dtype]}, &overflow)"
             traffic = f"tilec_add({traffic}, {bytes_}, &overflow)" if traffic else bytes_
-            if info.shape == () and info.dtype in ("float16", "bfloat16") and v in operands:
+            if info.shape == () and info.dtype in ("float16", "bfloat16") and v in operands \
+                    and not self.device:
                 local = f"staged_{len(staged)}"
                 staged.append((local, "f16" if info.dtype == "float16" else "bf16", where[v]))
                 memrefs.append((f"&{local}", ONE))
@@ -351,9 +367,12 @@ class ImplBuilder:
         ready = " || ".join(f"{self.size(v, 'a kernel result')} > 0" for v in outs)
         rank_generic = any(tensor_info(t).rank_generic
                            for t in list(kernel_fn.type.inputs) + list(kernel_fn.type.results))
-        return Launch(self.kernels[name], allocs, staged, memrefs,
+        kernel = self.kernels[name]
+        return Launch(kernel, allocs, staged, memrefs,
                       [self.sym(s) for s in strings(attrs["symbols"])], rank_generic, ready,
-                      rows, traffic or "INT64_C(0)", frees)
+                      rows, traffic or "INT64_C(0)", frees,
+                      self.dim(kernel.shared, f"the shared memory of kernel '{name}'"),
+                      self.dim(kernel.row_elements, f"a row of kernel '{name}'"))
 
     def copy_results(self, results: list[Any], placed: set[int], where: dict,
                      scalar: dict) -> None:
@@ -362,12 +381,17 @@ class ImplBuilder:
             if r in placed:
                 continue
             dtype = tensor_info(v.type).dtype
-            if v in scalar:
+            if v in scalar and not self.device:
                 k = scalar[v]
                 value = {"float32": f"sc[{k}].f", "int32": f"sc[{k}].i",
                          "float16": f"tilec_f32_to_f16(sc[{k}].f)",
                          "bfloat16": f"tilec_f32_to_bf16(sc[{k}].f)"}[dtype]
                 self.impl.copies.append(f"*({STORAGE_C[dtype]}*)out[{r}] = {value};")
+            elif self.device:
+                n = self.size(v, f"result {r}")
+                self.impl.copies.append(
+                    f"if ((status = tilec_cuda_copy(out[{r}], {where[v]}, "
+                    f"{n} * {ELEMENT_BYTES[dtype]}, stream)) != TILEC_OK) goto done;")
             else:
                 n = self.size(v, f"result {r}")
                 self.impl.copies.append(

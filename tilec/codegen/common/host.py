@@ -1,4 +1,4 @@
-"""Host side of a CPU library: kernel-level tile IR -> the C entries of design.md's ABI.
+"""Host side of a library: kernel-level tile IR -> the C entries of design.md's ABI.
 
 In: a module at kernel level (after ``tile-kernel``): user functions (host schedules, or at
 -O0 their own kernels), template variants (``tile.variant_of``) and the module's
@@ -9,8 +9,11 @@ An exported entry ``F(inputs..., outputs..., symbols..., [lead_rank, lead_dims,]
 stream)`` checks the symbols and ``...`` extents, rounds its float16/bfloat16 scalars and
 dispatches on the symbols (the exact template match, else the generic function) to an
 implementation (:mod:`.schedule`), which checks the dimensions and the program's run-time
-conditions, then launches each kernel over its grid rows on the runtime's thread pool.  C
-names that clash with C, C++ or Ascend C names (or with each other) get a ``_`` suffix.
+conditions, then launches each kernel over its grid rows: on the cpu runtime's thread pool, or
+(``target="ptx"``) through the CUDA driver API on the caller's stream, the cubin (and PTX)
+embedded in the library, intermediates in device memory.  The two targets share everything
+but that.  C names that clash with C, C++ or Ascend C names (or with each other) get a ``_``
+suffix.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from .schedule import (Impl, ImplBuilder, Kernel, Param, c_string, failure, func
 
 METADATA_FORMAT = 1
 TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("tilec.codegen.cpu", "templates"),
+    loader=jinja2.PackageLoader("tilec.codegen.common", "templates"),
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     keep_trailing_newline=True)
 
@@ -197,7 +200,8 @@ def _dispatch_table(module: Any) -> dict[str, tuple[str, list[tuple[str, dict[st
     return table
 
 
-def _entries(module: Any, kernels: dict[str, Kernel], test_break: str) -> list[Entry]:
+def _entries(module: Any, kernels: dict[str, Kernel], test_break: str,
+             device: bool) -> list[Entry]:
     """One entry per user function, in the module's order (a function dropped by
     --no-generic where its first variant is)."""
     functions = functions_of(module)
@@ -231,7 +235,7 @@ def _entries(module: Any, kernels: dict[str, Kernel], test_break: str) -> list[E
             title = name if fn_name == name else f"{name} (variant {fn_name})"
             impl = Impl(f"tilec_impl_{index}_{k}", fn_name, title)
             ImplBuilder(functions[fn_name], impl, symbols + (lead or []), functions,
-                        kernels).build(params, perturbed=test_break in (name, fn_name))
+                        kernels, device).build(params, perturbed=test_break in (name, fn_name))
             if binding is None:
                 entry.generic = impl
             else:
@@ -271,7 +275,8 @@ def _shape_list(t: ir.Type) -> list[str]:
     return [str(d) for d in tensor_info(t).shape]
 
 
-def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch: str) -> dict:
+def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch: str,
+             target: str) -> dict:
     """What :mod:`tilec.runtime.loader` reads from ``tilec_metadata()`` (see the README).
     Shapes are the generic function's, None when --no-generic dropped it; each variant lists
     its own."""
@@ -291,7 +296,7 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
         out[e.name] = {"c_name": e.c_name, "signatures": e.signatures, "params": params,
                        "results": results, "symbols": e.symbols, "lead": e.lead,
                        "generic": generic is not None, "variants": variants}
-    return {"format": METADATA_FORMAT, "target": "cpu", "arch": arch, "tilec": __version__,
+    return {"format": METADATA_FORMAT, "target": target, "arch": arch, "tilec": __version__,
             "source": source, "functions": out}
 
 
@@ -305,25 +310,49 @@ class HostCode:
     exports: list[str]
 
 
-def generate(module: Any, *, name: str, source: str, arch: str, test_break: str = "") -> HostCode:
+@dataclass(frozen=True)
+class DeviceCode:
+    """What a ptx library embeds and launches: the cubin, the PTX (loaded by the driver when
+    the GPU is newer than the cubin's arch) and each kernel function's launch description."""
+
+    cubin: bytes
+    ptx: str
+    kernels: dict[str, Kernel]
+
+
+DEVICE_EXPORTS = ("tilec_device_alloc", "tilec_device_free", "tilec_copy_to_device",
+                  "tilec_copy_to_host", "tilec_synchronize")
+
+
+def _byte_lines(data: bytes, width: int = 24) -> list[str]:
+    return [", ".join(str(b) for b in data[i:i + width]) + ","
+            for i in range(0, len(data), width)]
+
+
+def generate(module: Any, *, name: str, source: str, arch: str, test_break: str = "",
+             device: DeviceCode | None = None) -> HostCode:
     """The host code of library ``name`` (the stem of ``name.so``/``name.h``) compiled from
-    ``source`` for ``arch``.  ``test_break`` names a function, or one of its template variants,
-    whose first result's element 0 the code perturbs: the hook that proves verification
-    fails."""
-    kernels = _kernels(module)
-    entries = _entries(module, kernels, test_break)
-    meta = metadata(entries, functions_of(module), source, arch)
+    ``source`` for ``arch``: a cpu library, or with ``device`` a ptx one.  ``test_break``
+    names a function, or one of its template variants, whose first result's element 0 the
+    code perturbs: the hook that proves verification fails (cpu only)."""
+    target = "cpu" if device is None else "ptx"
+    kernels = _kernels(module) if device is None else device.kernels
+    entries = _entries(module, kernels, test_break if device is None else "", device is not None)
+    meta = metadata(entries, functions_of(module), source, arch, target)
     context = {
         "entries": entries, "kernels": list(kernels.values()), "version": __version__,
-        "source": source, "name": name, "arch": arch,
+        "source": source, "name": name, "arch": arch, "target": target,
         "guard": re.sub(r"\W", "_", name).upper(),
         "metadata_lines": [c_string(chunk) for chunk in textwrap.wrap(
             json.dumps(meta, sort_keys=True), 92, expand_tabs=False, replace_whitespace=False,
             drop_whitespace=False, break_on_hyphens=False)],
         "perturbed": sorted({impl.perturb_dtype for e in entries for impl in e.impls
                              if impl.perturb_dtype}),
+        "cubin_lines": _byte_lines(device.cubin) if device else [],
+        "ptx_lines": [c_string(line + "\n") for line in device.ptx.splitlines()] if device
+        else [],
     }
-    exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_metadata",
-                                              "tilec_num_threads"]
+    exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_metadata"]
+    exports += list(DEVICE_EXPORTS) if device else ["tilec_num_threads"]
     return HostCode(TEMPLATES.get_template("host.c.j2").render(context),
                     TEMPLATES.get_template("header.h.j2").render(context), meta, exports)

@@ -1,0 +1,60 @@
+"""Linking a library: host C + the runtime (+ the CPU kernels' object) -> a shared library.
+
+In: :class:`~tilec.codegen.common.host.HostCode`, for a cpu library the object file of the
+kernels (a ptx library embeds its cubin in the host C instead), and the C compiler command.
+Out: the bytes of the ``.so``.  Everything is built in a temporary directory that is removed
+afterwards, so a failing compiler leaves nothing behind.  A version script exports only what
+``HostCode.exports`` names (the entries, ``tilec_last_error``, ``tilec_metadata``, and
+``tilec_num_threads`` or the device helpers): kernels and the runtime stay private to the
+library, so two libraries loaded in one process never call each other's kernels.  A ptx
+library links ``tilec_cuda.c`` and ``-ldl``: the CUDA driver is opened at run time.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ...diagnostics import TilecError
+from .host import HostCode
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
+FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing")
+CPU_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h")
+CUDA_RUNTIME = ("tilec_cuda.c", "tilec_cuda.h")
+
+
+def link(host: HostCode, kernels_object: bytes | None, cc: str, soname: str) -> bytes:
+    """The shared library named ``soname`` (with the CUDA launcher when there is no kernels
+    object); TilecError naming the compiler when it is missing or fails."""
+    command = shlex.split(cc) or ["cc"]
+    if shutil.which(command[0]) is None:
+        raise TilecError(f"no C compiler '{command[0]}' to link the library with: install one "
+                         "(gcc or clang) or set CC to its path")
+    runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_object is None else ())
+    with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
+        work = Path(tmp)
+        (work / "host.c").write_text(host.source)
+        (work / "exports.map").write_text(
+            "{\n  global:\n" + "".join(f"    {name};\n" for name in host.exports)
+            + "  local: *;\n};\n")
+        for name in runtime:
+            shutil.copy(RUNTIME / name, work / name)
+        inputs = ["host.c"] + [name for name in runtime if name.endswith(".c")]
+        if kernels_object is not None:
+            (work / "kernels.o").write_bytes(kernels_object)
+            inputs.append("kernels.o")
+        library = work / "library.so"
+        args = [*command, *FLAGS, "-o", str(library), *inputs,
+                f"-Wl,-soname,{soname}", "-Wl,--version-script=exports.map", "-lm", "-ldl"]
+        try:
+            done = subprocess.run(args, cwd=work, capture_output=True, text=True)
+        except OSError as e:
+            raise TilecError(f"cannot run the C compiler '{command[0]}': {e.strerror or e}") \
+                from None
+        if done.returncode != 0:
+            raise TilecError(f"the C compiler failed to link the library ({shlex.join(args)}):\n"
+                             + (done.stderr or done.stdout).strip())
+        return library.read_bytes()

@@ -1,0 +1,53 @@
+/* The tilec CUDA launcher, compiled into every library built with --target ptx.
+ *
+ * In: calls from the generated host code (tilec/codegen/common/templates/host.c.j2) with the
+ * library's embedded cubin and PTX.  Out: kernels launched through the CUDA driver API, which
+ * is loaded at run time with dlopen("libcuda.so.1"), so that building a library needs no CUDA
+ * install; device memory on the caller's stream; and, exported for callers without CUDA
+ * bindings (the Python runtime), allocation and copies.  Without a driver or a device every
+ * call returns TILEC_ERR_DEVICE with the reason in tilec_last_error().
+ */
+#ifndef TILEC_CUDA_H
+#define TILEC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TILEC_ERR_DEVICE 5 /* no CUDA driver or device, or the driver reported an error */
+#define TILEC_CUDA_CONTEXTS 8 /* contexts one library keeps its kernels loaded in */
+
+/* A library's device code; the cache of loaded modules is filled on first use. */
+typedef struct {
+  const unsigned char* cubin;
+  size_t cubin_size;
+  const char* ptx;
+  const char* const* names; /* the kernels' entry names, in launch index order */
+  int count;
+  void* contexts[TILEC_CUDA_CONTEXTS];
+  void* modules[TILEC_CUDA_CONTEXTS];
+  void** functions[TILEC_CUDA_CONTEXTS];
+} tilec_cuda_code;
+
+/* Launch kernel `kernel` of `code` over `rows` grid rows: its arguments are the `nbuffers`
+ * device pointers, then the `nvalues` int64_t values (the last two, rows and rows per block,
+ * are filled in here); `row_elements` sets the threads per block, `shared` the dynamic shared
+ * memory per block. */
+int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, int nbuffers,
+                      int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
+                      int64_t shared, void* stream);
+
+/* Stream-ordered device memory and copies for the host code. */
+int tilec_cuda_alloc(void** pointer, int64_t bytes, void* stream);
+void tilec_cuda_free(void* pointer, void* stream);
+int tilec_cuda_copy(void* dst, const void* src, int64_t bytes, void* stream);
+int tilec_cuda_copy_to_device(void* dst, const void* src, int64_t bytes, void* stream);
+
+/* Exported (see the generated header). */
+int tilec_device_alloc(void** pointer, int64_t bytes);
+int tilec_device_free(void* pointer);
+int tilec_copy_to_device(void* device, const void* host, int64_t bytes);
+int tilec_copy_to_host(void* host, const void* device, int64_t bytes);
+int tilec_synchronize(void* stream);
+
+#endif
