@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from .diagnostics import TilecError, default_sink, register_source
 from .cache import Store
 from .driver import (ALL_STAGES, BINARY_STAGES, TARGETS, CompileOptions, build, cache_dir,
-                     read_source, write_atomic, write_outputs, write_stages)
+                     read_source, write_atomic, write_outputs, write_project, write_stages)
 
 CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 
@@ -153,9 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if binary and output is None:
             output = Path(args.file).stem + (".so" if options.emit == "so" else ".o")
         name = Path(output or args.file).stem
-        built = build(text, args.file, options, default_sink(), name,
-                      use_cache=not args.no_cache,
-                      record_stages=args.dump_dir is not None or args.verbose)
+        try:
+            built = build(text, args.file, options, default_sink(), name,
+                          use_cache=not args.no_cache,
+                          record_stages=args.dump_dir is not None or args.verbose)
+        except TilecError as error:
+            from .codegen.ascendc import MissingToolchain
+            if isinstance(error, MissingToolchain):
+                raise write_project(output, error) from None
+            raise
         if args.verbose:
             print(_cache_report(built.key, built.hit), file=sys.stderr)
             if "ptxas" in built.stages:

@@ -98,6 +98,10 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
             return note_stage("llvm", lambda: emit_llvm_ir(module, cpu_arch(options)), emit)
         if emit in PTX_TEXT_STAGES and options.target == "ptx":
             return ptx_backend(options).run(module, emit, note_stage)
+        if emit == "ascendc" and options.target in ASCEND_TARGETS:
+            backend = ascend_backend(options, sink)
+            return note_stage("ascendc", lambda: backend.kernel_file(
+                backend.kernels(module), name=Path(file).stem, source=file), emit)
     raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
                      "at --emit=kernel")
 
@@ -105,12 +109,19 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
 BINARY_STAGES = ("obj", "cubin", "so")
 CPU_ARCHES = ("x86-64-v3", "native")
 PTX_TEXT_STAGES = ("gpu", "nvvm", "llvm", "ptx")
+ASCEND_TARGETS = ("ascend", "ascend-sim")
 
 
 def ptx_backend(options: CompileOptions):
     """The PTX backend for ``options`` (``--arch``, default sm_90, checked)."""
     from .codegen.ptx import Options, PtxBackend
     return PtxBackend(Options(options.arch or "sm_90"))
+
+
+def ascend_backend(options: CompileOptions, sink: DiagnosticSink):
+    """The Ascend C backend for ``options`` (``--arch``, default dav-2201, checked)."""
+    from .codegen.ascendc import AscendBackend, Options
+    return AscendBackend(Options(options.target, options.arch or "dav-2201"), sink)
 
 
 def kernel_module(text: str, file: str, options: CompileOptions, sink: DiagnosticSink):
@@ -148,6 +159,8 @@ def compile_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
     output itself, ".h" for the header).  The C compiler is ``$CC``, else ``cc``."""
     if options.target == "ptx":
         return _ptx_binary(text, file, options, sink, name)
+    if options.target in ASCEND_TARGETS:
+        return _ascend_binary(text, file, options, sink, name)
     if options.target != "cpu" or options.emit == "cubin":
         raise TilecError(f"--emit={options.emit} is not implemented yet for --target "
                          f"{options.target}")
@@ -192,6 +205,39 @@ def _ptx_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticS
                         device=DeviceCode(compiled.cubin, compiled.ptx, kernels))
     library = link(host, None, os.environ.get("CC") or "cc", f"{name}.so")
     return {".h": host.header.encode(), "": library}
+
+
+def _ascend_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                   name: str) -> dict[str, bytes]:
+    """``so``: the Ascend C kernels, their launchers and the host C, built against the CPU
+    twin with ``$CC`` and ``$CXX`` (else ``cc``, ``c++``) for ascend-sim, or with CANN's
+    bisheng (looked for under ``$ASCEND_HOME_PATH``, then on ``PATH``) for ascend.  The
+    kernel file is the stage ``ascendc``."""
+    if options.emit != "so":
+        raise TilecError(f"--emit={options.emit} is not a stage of --target {options.target}; "
+                         "it emits ascendc or so")
+    from .codegen.ascendc import find_bisheng
+    from .dialect import make_context
+
+    backend = ascend_backend(options, sink)
+    with make_context():
+        module = kernel_module(text, file, options, sink)
+        sources = backend.sources(module, name=name, source=file, test_break=options.test_break)
+    note_stage("ascendc", lambda: sources.kernels)
+    bisheng, looked = find_bisheng(os.environ.get("ASCEND_HOME_PATH"), os.environ.get("PATH"))
+    library = backend.library(sources, cc=os.environ.get("CC") or "cc",
+                              cxx=os.environ.get("CXX") or "c++", bisheng=bisheng, looked=looked)
+    return {".h": sources.host.header.encode(), "": library}
+
+
+def write_project(output: str, missing) -> TilecError:
+    """``--target ascend`` without CANN: the project that ``missing`` (a
+    :class:`~tilec.codegen.ascendc.MissingToolchain`) carries, written beside ``output``; the
+    error that says so."""
+    directory = missing.project_directory(output)
+    for relative, data in sorted(missing.files.items()):
+        write_atomic(str(directory / relative), data)
+    return TilecError(missing.explain(output))
 
 
 def cache_dir() -> Path:

@@ -11,6 +11,11 @@ OPS = REPO / "ops"
 EXAMPLE_NAMES = ("swiglu", "layernorm", "rmsnorm_templated", "rope")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--ascend-sweep", action="store_true",
+                     help="run the ascend-sim corpus test over every size combination")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """TILEC_CACHE_DIR for the whole session (and the processes it starts)."""

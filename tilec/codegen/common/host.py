@@ -9,11 +9,12 @@ An exported entry ``F(inputs..., outputs..., symbols..., [lead_rank, lead_dims,]
 stream)`` checks the symbols and ``...`` extents, rounds its float16/bfloat16 scalars and
 dispatches on the symbols (the exact template match, else the generic function) to an
 implementation (:mod:`.schedule`), which checks the dimensions and the program's run-time
-conditions, then launches each kernel over its grid rows: on the cpu runtime's thread pool, or
+conditions, then launches each kernel over its grid rows: on the cpu runtime's thread pool,
 (``target="ptx"``) through the CUDA driver API on the caller's stream, the cubin (and PTX)
-embedded in the library, intermediates in device memory.  The two targets share everything
-but that.  C names that clash with C, C++ or Ascend C names (or with each other) get a ``_``
-suffix.
+embedded in the library, or (``ascend``, ``ascend-sim``) through the Ascend C backend's
+launcher of each kernel (``tilec_ascend_launch_K``, on CANN or the CPU twin); intermediates
+of a device live in its memory.  The targets share everything but that.  C names that clash
+with C, C++ or Ascend C names (or with each other) get a ``_`` suffix.
 """
 from __future__ import annotations
 
@@ -201,9 +202,10 @@ def _dispatch_table(module: Any) -> dict[str, tuple[str, list[tuple[str, dict[st
 
 
 def _entries(module: Any, kernels: dict[str, Kernel], test_break: str,
-             device: bool) -> list[Entry]:
+             device: str) -> list[Entry]:
     """One entry per user function, in the module's order (a function dropped by
-    --no-generic where its first variant is)."""
+    --no-generic where its first variant is); ``device`` is the device API's prefix, "" on
+    the cpu."""
     functions = functions_of(module)
     table = _dispatch_table(module)
     names: list[str] = []
@@ -312,12 +314,20 @@ class HostCode:
 
 @dataclass(frozen=True)
 class DeviceCode:
-    """What a ptx library embeds and launches: the cubin, the PTX (loaded by the driver when
-    the GPU is newer than the cubin's arch) and each kernel function's launch description."""
+    """What a device library launches: each kernel function's launch description and, for
+    ptx, the cubin and the PTX it embeds (loaded by the driver when the GPU is newer than the
+    cubin's arch).  An ascend library's kernels are in its own sources (the Ascend C
+    backend's launcher file)."""
 
     cubin: bytes
     ptx: str
     kernels: dict[str, Kernel]
+    target: str = "ptx"
+
+    @property
+    def api(self) -> str:
+        """The prefix of the device API the host code calls (alloc, free, copy, launch)."""
+        return "tilec_cuda" if self.target == "ptx" else "tilec_ascend"
 
 
 DEVICE_EXPORTS = ("tilec_device_alloc", "tilec_device_free", "tilec_copy_to_device",
@@ -332,16 +342,20 @@ def _byte_lines(data: bytes, width: int = 24) -> list[str]:
 def generate(module: Any, *, name: str, source: str, arch: str, test_break: str = "",
              device: DeviceCode | None = None) -> HostCode:
     """The host code of library ``name`` (the stem of ``name.so``/``name.h``) compiled from
-    ``source`` for ``arch``: a cpu library, or with ``device`` a ptx one.  ``test_break``
-    names a function, or one of its template variants, whose first result's element 0 the
-    code perturbs: the hook that proves verification fails (cpu only)."""
-    target = "cpu" if device is None else "ptx"
+    ``source`` for ``arch``: a cpu library, or with ``device`` one of its target.
+    ``test_break`` names a function, or one of its template variants, whose first result's
+    element 0 the code perturbs: the hook that proves verification fails (where outputs are
+    host memory: cpu and ascend-sim)."""
+    target = "cpu" if device is None else device.target
     kernels = _kernels(module) if device is None else device.kernels
-    entries = _entries(module, kernels, test_break if device is None else "", device is not None)
+    host_memory = target in ("cpu", "ascend-sim")
+    entries = _entries(module, kernels, test_break if host_memory else "",
+                       "" if device is None else device.api)
     meta = metadata(entries, functions_of(module), source, arch, target)
     context = {
         "entries": entries, "kernels": list(kernels.values()), "version": __version__,
         "source": source, "name": name, "arch": arch, "target": target,
+        "api": "" if device is None else device.api,
         "guard": re.sub(r"\W", "_", name).upper(),
         "metadata_lines": [c_string(chunk) for chunk in textwrap.wrap(
             json.dumps(meta, sort_keys=True), 92, expand_tabs=False, replace_whitespace=False,
@@ -353,6 +367,7 @@ def generate(module: Any, *, name: str, source: str, arch: str, test_break: str 
         else [],
     }
     exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_metadata"]
-    exports += list(DEVICE_EXPORTS) if device else ["tilec_num_threads"]
+    exports += list(DEVICE_EXPORTS) if target == "ptx" else \
+        ["tilec_num_threads"] if target == "cpu" else []
     return HostCode(TEMPLATES.get_template("host.c.j2").render(context),
                     TEMPLATES.get_template("header.h.j2").render(context), meta, exports)

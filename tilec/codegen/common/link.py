@@ -36,25 +36,42 @@ def link(host: HostCode, kernels_object: bytes | None, cc: str, soname: str) -> 
     runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_object is None else ())
     with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
         work = Path(tmp)
-        (work / "host.c").write_text(host.source)
-        (work / "exports.map").write_text(
-            "{\n  global:\n" + "".join(f"    {name};\n" for name in host.exports)
-            + "  local: *;\n};\n")
-        for name in runtime:
-            shutil.copy(RUNTIME / name, work / name)
-        inputs = ["host.c"] + [name for name in runtime if name.endswith(".c")]
+        inputs = prepare(work, host, runtime)
         if kernels_object is not None:
             (work / "kernels.o").write_bytes(kernels_object)
             inputs.append("kernels.o")
         library = work / "library.so"
-        args = [*command, *FLAGS, "-o", str(library), *inputs,
-                f"-Wl,-soname,{soname}", "-Wl,--version-script=exports.map", "-lm", "-ldl"]
-        try:
-            done = subprocess.run(args, cwd=work, capture_output=True, text=True)
-        except OSError as e:
-            raise TilecError(f"cannot run the C compiler '{command[0]}': {e.strerror or e}") \
-                from None
-        if done.returncode != 0:
-            raise TilecError(f"the C compiler failed to link the library ({shlex.join(args)}):\n"
-                             + (done.stderr or done.stdout).strip())
+        compile_in(work, [*command, *FLAGS, "-o", str(library), *inputs,
+                          *library_flags(soname), "-lm", "-ldl"], "C")
         return library.read_bytes()
+
+
+def prepare(work: Path, host: HostCode, runtime: tuple[str, ...]) -> list[str]:
+    """``work`` filled with the host C, the version script exporting ``host.exports`` and
+    the ``runtime`` files; the C sources to compile."""
+    (work / "host.c").write_text(host.source)
+    (work / "exports.map").write_text(
+        "{\n  global:\n" + "".join(f"    {name};\n" for name in host.exports)
+        + "  local: *;\n};\n")
+    for name in runtime:
+        shutil.copy(RUNTIME / name, work / name)
+    return ["host.c"] + [name for name in runtime if name.endswith(".c")]
+
+
+def library_flags(soname: str) -> list[str]:
+    """The linker flags of every library: its soname and the version script of
+    :func:`prepare`."""
+    return [f"-Wl,-soname,{soname}", "-Wl,--version-script=exports.map"]
+
+
+def compile_in(work: Path, args: list[str], language: str) -> None:
+    """Run compiler command ``args`` in ``work``; TilecError naming the ``language``'s
+    compiler when it cannot run or fails."""
+    try:
+        done = subprocess.run(args, cwd=work, capture_output=True, text=True)
+    except OSError as e:
+        raise TilecError(f"cannot run the {language} compiler '{args[0]}': {e.strerror or e}") \
+            from None
+    if done.returncode != 0:
+        raise TilecError(f"the {language} compiler failed to link the library "
+                         f"({shlex.join(args)}):\n" + (done.stderr or done.stdout).strip())

@@ -17,10 +17,11 @@ int64_t row_end)``: one flat row-major buffer per argument and result in storage
 rank-0 argument is one float32, or int32), ``dims`` the kernel's ``symbols`` then, for a
 rank-generic kernel, the rank and extents of its ``...``; rows of ``grid`` flattened row-major.
 
-On a device (ptx) the same schedule launches each kernel of the cubin with device pointers
-(a rank-0 argument in its own element type: the entry stages the scalar parameters on the
-device first), the kernel's symbols, the product of the ``...`` extents, and the dynamic
-shared memory the kernel's row needs; intermediates are device memory on the stream.
+On a device (ptx, ascend) the same schedule launches each kernel with device pointers (a
+rank-0 argument in its own element type: the entry stages the scalar parameters on the device
+first), the kernel's symbols, the product of the ``...`` extents, and (ptx) the dynamic shared
+memory the kernel's row needs; intermediates are device memory on the stream, through the
+device API named by its prefix (``tilec_cuda``, ``tilec_ascend``).
 """
 from __future__ import annotations
 
@@ -154,10 +155,11 @@ class Impl:
 
 class ImplBuilder:
     """Builds the :class:`Impl` of ``fn``: symbols are ``s[k]`` in C (the entry's symbols,
-    then those peeled off ``...``), dimensions ``d[k]``, element counts ``n[k]``."""
+    then those peeled off ``...``), dimensions ``d[k]``, element counts ``n[k]``; ``device``
+    is the device API's prefix ("" on the cpu)."""
 
     def __init__(self, fn: Any, impl: Impl, symbols: list[str], functions: dict[str, Any],
-                 kernels: dict[str, Kernel], device: bool = False) -> None:
+                 kernels: dict[str, Kernel], device: str = "") -> None:
         self.fn = fn
         self.device = device
         self.impl = impl
@@ -390,7 +392,7 @@ class ImplBuilder:
             elif self.device:
                 n = self.size(v, f"result {r}")
                 self.impl.copies.append(
-                    f"if ((status = tilec_cuda_copy(out[{r}], {where[v]}, "
+                    f"if ((status = {self.device}_copy(out[{r}], {where[v]}, "
                     f"{n} * {ELEMENT_BYTES[dtype]}, stream)) != TILEC_OK) goto done;")
             else:
                 n = self.size(v, f"result {r}")

@@ -1,0 +1,69 @@
+"""``tilec bench --quick --no-torch`` (bench/cpu_ops.py): the report comes out whole, on
+stdout and in ``-o``; no timing is asserted (the figures of a smoke run mean nothing)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tilec import cli
+
+OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
+HEADER = re.compile(r"\| op \| dtype \| outputs \| MB moved \| copy GB/s, 1 / \d+ threads \| "
+                    r"tilec ms \| tilec GB/s \| % of copy \| NumPy \|")
+MS_AND_RATIO = r"\d[\d.e+-]* \(\d+\.\d\d×\)"      # a peer's cell: "0.0412 (1.23×)"
+NUMBER = r"\d[\d.e+-]*"
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(stdout, the -o file) of one ``tilec bench`` quick run without torch, with
+    OPENBLAS_CORETYPE set (tilec bench must drop it) and a private compile cache."""
+    tmp = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", "TILEC_CACHE_DIR": str(tmp / "cache")}
+    done = subprocess.run([sys.executable, "-c", "import sys; from tilec.cli import main; "
+                           "sys.exit(main())", "bench", "--quick", "--no-torch",
+                           "-o", str(tmp / "cpu.md")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, (tmp / "cpu.md").read_text()
+
+
+def test_quick_bench_prints_and_writes_one_report(quick_report):
+    out, written = quick_report
+    assert out == written
+    assert out.startswith("# tilec CPU benchmark, ")
+
+
+def test_every_op_dtype_and_mode_has_a_row(quick_report):
+    lines = quick_report[0].splitlines()
+    assert any(HEADER.fullmatch(ln) for ln in lines)
+    rows = [ln for ln in lines if re.match(r"\| \w+ \| float(32|16) \| (fresh|out=) \| ", ln)]
+    assert [tuple(r.split(" | ")[:3]) for r in rows] == [
+        (f"| {op}", dtype, mode) for op in OPS for dtype in ("float32", "float16")
+        for mode in ("fresh", "out=")]
+    for row in rows:
+        cells = row.strip("| ").split(" | ")
+        assert len(cells) == 9, row
+        assert re.fullmatch(NUMBER, cells[3]), row                      # MB moved
+        assert re.fullmatch(rf"{NUMBER} / {NUMBER}", cells[4]), row     # copy GB/s
+        assert all(re.fullmatch(NUMBER, c) for c in cells[5:7]), row
+        assert re.fullmatch(rf"{NUMBER}%", cells[7]), row
+        numpy_has_no_erf = cells[0] == "gelu" and cells[8] == "—"
+        assert re.fullmatch(MS_AND_RATIO, cells[8]) or numpy_has_no_erf, row
+
+
+def test_targets_and_environment_are_reported(quick_report):
+    out = quick_report[0]
+    assert "## Targets" in out
+    assert re.search(r"Targets met: \d+ of \d+\.", out)
+    assert "OPENBLAS_CORETYPE=unset" in out          # tilec bench ran NumPy without it
+    assert "tokens 64 x hidden 256" in out
+    assert "torch" not in out.lower()
+
+
+def test_bench_without_a_checkout_is_a_diagnostic(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "BENCH_SCRIPT", tmp_path / "missing.py")
+    assert cli.main(["bench", "--quick"]) == 1
+    assert "tilec bench needs a source checkout" in capsys.readouterr().err
