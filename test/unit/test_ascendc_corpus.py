@@ -12,17 +12,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import zlib
 from typing import Any
 
-import numpy as np
 import pytest
-from test_corpus import PROGRAMS, Binding, arguments, functions, tensor_level
+from test_corpus import PROGRAMS, Binding, assert_library_agrees, functions, tensor_level
 
 import tilec
 from tilec.dialect import tensor_info
-from tilec.harness.numerics import assert_close
-from tilec.harness.reference import ReferenceError, find_function, run
+from tilec.harness.reference import find_function
 from tilec.mlir import ir
 
 UNALIGNED = (1, 7, 127, 255, 1000, 4097)
@@ -83,26 +80,7 @@ def cases(key: str, func_op: Any, sweep: bool) -> list[Binding]:
 
 def check(key: str, function: str, binding: Binding, index: int) -> None:
     """The library's result agrees with the reference at ``binding``, or both refuse it."""
-    module = tensor_level(key)
-    func_op = find_function(module, function)
-    rng = np.random.default_rng([zlib.crc32(function.encode()), index])
-    try:
-        args = arguments(func_op, binding, rng, defaults=index == 0)
-        want = run(module, function, **args)
-    except (ReferenceError, ValueError):
-        with pytest.raises((ValueError, RuntimeError, TypeError)):
-            getattr(library(key), function)(**args)
-        return
-    got = getattr(library(key), function)(**args)
-    want = want if isinstance(want, tuple) else (want,)
-    got = got if isinstance(got, tuple) else (got,)
-    assert len(got) == len(want)
-    for k, (g, w, t) in enumerate(zip(got, want, func_op.type.results)):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        try:
-            assert_close(g, w.astype(np.float64), tensor_info(t).dtype)
-        except AssertionError as e:
-            raise AssertionError(f"{function} result {k} with {binding}: {e}") from None
+    assert_library_agrees(tensor_level(key), function, library(key), binding, index)
 
 
 # The CPU backend's open question (test_corpus_cpu): a float32 quotient truncated to int32 can

@@ -40,7 +40,7 @@ from tilec.frontend import ast, compile_source
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import BUILTINS
 from tilec.harness.numerics import NUMPY_DTYPES, assert_close
-from tilec.harness.reference import find_function, params, run
+from tilec.harness.reference import ReferenceError, find_function, params, run
 from tilec.mlir import ir
 
 CORPUS = REPO / "test" / "corpus"
@@ -186,6 +186,30 @@ def assert_same_results(before: ir.Module, after: ir.Module, function: str,
                 assert_close(g, w.astype(np.float64), tensor_info(t).dtype)
             except AssertionError as e:
                 raise AssertionError(f"{function} result {k} with {binding}: {e}") from None
+
+
+def assert_library_agrees(module: ir.Module, function: str, lib: Any, binding: Binding,
+                          index: int) -> None:
+    """A built library's result agrees with the reference at ``binding``, or both refuse it."""
+    func_op = find_function(module, function)
+    rng = np.random.default_rng([zlib.crc32(function.encode()), index])
+    try:
+        args = arguments(func_op, binding, rng, defaults=index == 0)
+        want = run(module, function, **args)
+    except (ReferenceError, ValueError):
+        with pytest.raises((ValueError, RuntimeError, TypeError)):
+            getattr(lib, function)(**args)
+        return
+    got = getattr(lib, function)(**args)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want)
+    for k, (g, w, t) in enumerate(zip(got, want, func_op.type.results)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        try:
+            assert_close(g, w.astype(np.float64), tensor_info(t).dtype)
+        except AssertionError as e:
+            raise AssertionError(f"{function} result {k} with {binding}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------

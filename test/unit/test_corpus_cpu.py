@@ -3,16 +3,11 @@ the reference interpreter at the sizes of its header under the numerical contrac
 from __future__ import annotations
 
 import functools
-import zlib
 
-import numpy as np
 import pytest
-from test_corpus import PROGRAMS, arguments, functions, tensor_level
+from test_corpus import PROGRAMS, assert_library_agrees, functions, tensor_level
 
 import tilec
-from tilec.dialect import tensor_info
-from tilec.harness.numerics import assert_close
-from tilec.harness.reference import find_function, run
 
 
 @functools.cache
@@ -33,20 +28,6 @@ CASES = [pytest.param(k, marks=CAST_BOUNDARY) if k == "corpus/quantize" else k
 @pytest.mark.parametrize("key", CASES)
 def test_cpu_library_matches_the_reference(key: str) -> None:
     module = tensor_level(key)
-    lib = library(key)
     for function in functions(module):
-        func_op = find_function(module, function)
         for index, binding in enumerate(PROGRAMS[key].sizes):
-            rng = np.random.default_rng([zlib.crc32(function.encode()), index])
-            args = arguments(func_op, binding, rng, defaults=index == 0)
-            want = run(module, function, **args)
-            got = getattr(lib, function)(**args)
-            want = want if isinstance(want, tuple) else (want,)
-            got = got if isinstance(got, tuple) else (got,)
-            assert len(got) == len(want)
-            for k, (g, w, t) in enumerate(zip(got, want, func_op.type.results)):
-                assert g.dtype == w.dtype and g.shape == w.shape
-                try:
-                    assert_close(g, w.astype(np.float64), tensor_info(t).dtype)
-                except AssertionError as e:
-                    raise AssertionError(f"{function} result {k} with {binding}: {e}") from None
+            assert_library_agrees(module, function, library(key), binding, index)
