@@ -113,24 +113,42 @@ def test_a_kernel_whose_buffers_cannot_fit_ub_is_a_located_error() -> None:
         "buffers 2048 B, 1 VECCALC slot (calc) 1024 B)")
 
 
-HINTED = """#pragma cache_hint(table, UB)
-func apply(x: Tensor<f32>[n, 2048], table: Tensor<f32>[2048]) -> Tensor<f32>[n, 2048] {
-  return x * table;
-}
-"""
+def hinted(width: int) -> str:
+    return (f"#pragma cache_hint(table, UB)\nfunc apply(x: Tensor<f32>[n, {width}], "
+            f"table: Tensor<f32>[{width}]) -> Tensor<f32>[n, {width}] {{\n"
+            "  return x * table;\n}\n")
 
 
-def test_a_hinted_row_kept_in_ub_while_the_budget_allows() -> None:
-    sink = DiagnosticSink(stream=open(os.devnull, "w"))
-    kept = kernels_of(HINTED, 184 * 1024, sink)[0].text
+def quiet_sink() -> DiagnosticSink:
+    return DiagnosticSink(stream=open(os.devnull, "w"))
+
+
+def test_a_hinted_row_is_kept_in_ub_while_the_budget_allows() -> None:
+    sink = quiet_sink()
+    kept = kernels_of(hinted(2048), 184 * 1024, sink)[0].text
     assert not sink.warnings
     assert "tilec::Keep(resQ0, res0, resStart0, gmIn1, 0, 2048);" in kept
-    streamed = kernels_of(HINTED, 16000, sink)[0].text
+
+
+def test_a_hinted_row_larger_than_its_share_of_ub_is_streamed_with_a_warning() -> None:
+    sink = quiet_sink()
+    streamed = kernels_of(hinted(2048), 16000, sink)[0].text
     assert [w.message for w in sink.warnings] == [
         "cache_hint(table): the rows of kernel 'apply__k0' it asks to keep take 8192 bytes, "
         "more than the 8000 bytes of UB it may keep resident (of 16000); streaming them instead"]
     assert "tilec::Keep" not in streamed
-    assert "cache_hint(table, UB) on input 1: too large to keep in UB: streamed" in streamed
+    assert "cache_hint(table, UB) on input 1: no room to keep it in UB: streamed" in streamed
+
+
+def test_hinted_rows_give_way_when_streaming_needs_all_of_ub() -> None:
+    sink = quiet_sink()
+    # 2 VECIN and the VECOUT queue of 256-element chunks need 6144 bytes: more than half of
+    # the 10000, so the 4096-byte row is not kept after all
+    streamed = kernels_of(hinted(1024), 10000, sink)[0].text
+    assert [w.message for w in sink.warnings] == [
+        "cache_hint(table): kernel 'apply__k0' needs all of UB to stream its values; streaming "
+        "the hinted rows too"]
+    assert "tilec::Keep" not in streamed
 
 
 def test_an_ascend_sim_library_runs_on_the_twin(scale_tile: Path, tmp_path: Path) -> None:

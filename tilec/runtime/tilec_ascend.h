@@ -10,6 +10,7 @@
 #define TILEC_ASCEND_H
 
 #include <stdint.h>
+#include <string.h> /* the host code stages scalar parameters with memcpy */
 
 #define TILEC_ERR_DEVICE 5 /* the device (or the CPU twin's checks) reported an error */
 

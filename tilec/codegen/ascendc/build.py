@@ -25,11 +25,12 @@ from typing import Mapping
 from ...diagnostics import TilecError
 from ...runtime.ascend_twin import CXXFLAGS, RUNTIME_SOURCES
 from ..common.host import HostCode
-from ..common.link import FLAGS, RUNTIME, compile_in, library_flags, prepare
+from ..common.link import RUNTIME, compile_in, library_flags, prepare
 from .source import TEMPLATES
 
 ASCEND_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h", "tilec_ascend.h")
-KERNEL_FLAGS = ("-O0", *FLAGS[1:])
+OBJECT_FLAGS = ("-O2", "-fPIC", "-fno-strict-aliasing")
+KERNEL_FLAGS = ("-O0", "-fPIC", "-shared", "-pthread")
 """The kernels and launchers compile unoptimised: their run time on the twin is the twin's
 checks (its runtime compiles with -O2), and -O2 would triple the build time."""
 
@@ -67,7 +68,7 @@ def build_sim(sources: Sources, cc: str, cxx: str, soname: str) -> bytes:
         (work / sources.kernels_file).write_text(sources.kernels)
         (work / "launch.cpp").write_text(sources.launch)
         (work / "twin.o").write_bytes(twin_object(tuple(cxx_command)))
-        compile_in(work, [*c_command, *FLAGS[:2], "-c", *c_inputs], "C")
+        compile_in(work, [*c_command, *OBJECT_FLAGS, "-c", *c_inputs], "C")
         library = work / "library.so"
         objects = [Path(name).with_suffix(".o").name for name in c_inputs] + ["twin.o"]
         compile_in(work, [*cxx_command, *CXXFLAGS, *KERNEL_FLAGS, f"-I{work}", "-o",
@@ -82,7 +83,7 @@ def twin_object(cxx: tuple[str, ...]) -> bytes:
     every ascend-sim build."""
     with tempfile.TemporaryDirectory(prefix="tilec-twin-") as tmp:
         work = Path(tmp)
-        compile_in(work, [*cxx, *CXXFLAGS, *FLAGS[:2], "-c", *map(str, RUNTIME_SOURCES),
+        compile_in(work, [*cxx, *CXXFLAGS, *OBJECT_FLAGS, "-c", *map(str, RUNTIME_SOURCES),
                           "-o", "twin.o"], "C++")
         return (work / "twin.o").read_bytes()
 
@@ -91,28 +92,20 @@ def twin_object(cxx: tuple[str, ...]) -> bytes:
 # CANN
 
 
-def bisheng_candidates(ascend_home: str | None) -> list[Path]:
-    """Where bisheng may be, in the order looked at (``PATH`` comes last, apart)."""
-    if not ascend_home:
-        return []
-    home = Path(ascend_home)
-    return [home / "compiler" / "bin" / "bisheng",
-            *sorted(home.glob("*-linux/ccec_compiler/bin/bisheng"))]
-
-
 def find_bisheng(ascend_home: str | None, path: str | None) -> tuple[str | None, list[str]]:
-    """bisheng's path (None when absent) and every place looked at."""
-    looked = []
-    if ascend_home:
-        looked += [str(Path(ascend_home) / "compiler" / "bin"),
-                   str(Path(ascend_home) / "*-linux" / "ccec_compiler" / "bin")]
+    """bisheng's path (None when absent) and every place looked at: under ``ascend_home``
+    (``$ASCEND_HOME_PATH``) its ``compiler/bin``, then ``*-linux/ccec_compiler/bin``, then
+    ``path`` (``$PATH``)."""
+    if not ascend_home:
+        looked = ["$ASCEND_HOME_PATH (not set)"]
     else:
-        looked.append("$ASCEND_HOME_PATH (not set)")
-    for candidate in bisheng_candidates(ascend_home):
-        if candidate.is_file():
-            return str(candidate), looked
-    looked.append("PATH")
-    return shutil.which("bisheng", path=path), looked
+        home = Path(ascend_home)
+        looked = [str(home / "compiler" / "bin"), str(home / "*-linux" / "ccec_compiler" / "bin")]
+        for candidate in [home / "compiler" / "bin" / "bisheng",
+                          *sorted(home.glob("*-linux/ccec_compiler/bin/bisheng"))]:
+            if candidate.is_file():
+                return str(candidate), looked
+    return shutil.which("bisheng", path=path), looked + ["PATH"]
 
 
 def project_files(sources: Sources, arch: str) -> dict[str, bytes]:

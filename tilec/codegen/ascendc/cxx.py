@@ -19,21 +19,15 @@ from ...dims import Dim
 LEAD = "..."
 """The symbol standing for the product of the ``...`` extents (as in the CPU lowering)."""
 
-DIM_TYPE = "int64_t"
-
-
 class Code:
     """Lines of C++ with the current indentation."""
 
-    def __init__(self, indent: int = 0) -> None:
+    def __init__(self) -> None:
         self.lines: list[str] = []
-        self.depth = indent
+        self.depth = 0
 
     def __call__(self, line: str = "") -> None:
         self.lines.append("  " * self.depth + line if line else "")
-
-    def extend(self, other: "Code") -> None:
-        self.lines.extend("  " * self.depth + line if line else "" for line in other.lines)
 
     @contextmanager
     def block(self, head: str, tail: str = "}") -> Iterator[None]:
@@ -46,9 +40,6 @@ class Code:
         finally:
             self.depth -= 1
             self(tail)
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + ("\n" if self.lines else "")
 
 
 def symbol_field(name: str) -> str:

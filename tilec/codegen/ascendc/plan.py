@@ -16,7 +16,7 @@ from ...diagnostics import Span, TilecError
 GRANULE = 256          # chunk sizes are multiples: a mask slot (1 bit per element) stays 32-byte
 GATHER = 256           # elements one strided (gathered) copy stages, one 32-byte block each
 SCALAR_BYTES = 64      # ReadScalar's staging: the raw element and its float32
-RESIDENT_SHARE = 2     # with cache-hinted tensors resident, they may take 1/2 of the budget
+RESIDENT_SHARE = 2     # rows kept resident (while they fit) may take 1/2 of the budget
 
 
 def reduce_work_floats(chunk: int) -> int:
@@ -76,11 +76,12 @@ class Plan:
             + sum(b for _, b in self.fixed(chunk))
 
     def streaming_budget(self, budget: int) -> int:
-        """What the chunk-sized buffers may take: all of ``budget``, or a share of it when
-        resident copies of cache-hinted tensors take the rest."""
+        """What the chunk-sized buffers may take: all of ``budget``, or the part that rows
+        kept resident leave."""
         return budget - budget // RESIDENT_SHARE if self.residents else budget
 
     def resident_budget(self, budget: int) -> int:
+        """What rows kept resident may take of ``budget``."""
         return budget // RESIDENT_SHARE if self.residents else 0
 
     def choose_chunk(self, budget: int, span: Span | None) -> int:
