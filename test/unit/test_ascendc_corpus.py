@@ -83,15 +83,7 @@ def check(key: str, function: str, binding: Binding, index: int) -> None:
     assert_library_agrees(tensor_level(key), function, library(key), binding, index)
 
 
-# The CPU backend's open question (test_corpus_cpu): a float32 quotient truncated to int32 can
-# land on the other side of an integer from the float64 reference.
-CAST_BOUNDARY = pytest.mark.xfail(strict=False, reason="quantize_rows: trunc of a float32 "
-                                  "quotient may differ by one from the float64 reference")
-CASES = [pytest.param(k, marks=CAST_BOUNDARY) if k == "corpus/quantize" else k
-         for k in PROGRAMS]
-
-
-@pytest.mark.parametrize("key", CASES)
+@pytest.mark.parametrize("key", PROGRAMS)
 def test_ascend_sim_matches_the_reference(key: str, request: pytest.FixtureRequest) -> None:
     sweep = request.config.getoption("--ascend-sweep")
     module = tensor_level(key)

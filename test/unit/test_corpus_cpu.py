@@ -16,16 +16,7 @@ def library(key: str):
     return tilec.compile_string(p.text, p.path.name, target="cpu")
 
 
-# float -> int32 casts of values computed in float32 (kernels) and float64 (the reference) can
-# land on different sides of an integer boundary; language.md says integer results agree
-# exactly, which only integer arithmetic can promise.  Open question for the language owner.
-CAST_BOUNDARY = pytest.mark.xfail(strict=True, reason="quantize_rows: trunc of a float32 "
-                                  "quotient differs by one from the float64 reference")
-CASES = [pytest.param(k, marks=CAST_BOUNDARY) if k == "corpus/quantize" else k
-         for k in PROGRAMS]
-
-
-@pytest.mark.parametrize("key", CASES)
+@pytest.mark.parametrize("key", PROGRAMS)
 def test_cpu_library_matches_the_reference(key: str) -> None:
     module = tensor_level(key)
     for function in functions(module):

@@ -12,7 +12,8 @@ import pytest
 
 from tilec.dialect import make_context
 from tilec.harness.numerics import NUMPY_DTYPES, assert_close
-from tilec.harness.reference import ReferenceError, bind_symbols, find_function, run
+from tilec.frontend import compile_source
+from tilec.harness.reference import ReferenceError, bind_symbols, find_function, outcomes, run
 from tilec.mlir import ir
 
 FLOATS = ("float32", "float16", "bfloat16")
@@ -943,3 +944,23 @@ def test_result_type_that_disagrees_is_an_internal_error() -> None:
     with pytest.raises(ReferenceError, match=r"^internal: tile.exp at .*computed float64\[3\] "
                                              r"for a result of type .*, which is \[4\] here$"):
         run(mod, "f", np.zeros(3, np.float32), np.zeros(4, np.float32))
+
+
+def test_outcomes_put_a_cast_near_an_integer_on_either_side_of_it() -> None:
+    module = compile_source("func q(x: Tensor<f32>[n], s: float32) -> Tensor<i32>[n] {\n"
+                            "  return cast(x / s, i32);\n}\n", "q.tile")
+    # float32's tolerance at 3 is 1e-5 + 3e-4: 2.9999 and 3.0 are that close to the boundary
+    # at 3, -2.99995 to the one at -3; 3.01 and 0.5 are not near any
+    x = np.array([2.9999, 3.0, 3.01, -2.99995, 0.5], np.float32)
+    nominal, low, high = outcomes(module, "q", x, 1.0)
+    np.testing.assert_array_equal(nominal, [2, 3, 3, -2, 0])
+    np.testing.assert_array_equal(low, [2, 2, 3, -3, 0])
+    np.testing.assert_array_equal(high, [3, 3, 3, -2, 0])
+    np.testing.assert_array_equal(nominal, run(module, "q", x, 1.0))
+
+
+def test_outcomes_are_one_without_a_float_to_int_cast() -> None:
+    module = compile_source("func f(x: Tensor<i32>[n]) -> Tensor<f32>[n] {\n"
+                            "  return cast(x, f32) * 0.5;\n}\n", "f.tile")
+    [only] = outcomes(module, "f", np.arange(4, dtype=np.int32))
+    np.testing.assert_array_equal(only, [0.0, 0.5, 1.0, 1.5])

@@ -67,3 +67,16 @@ def test_to_bfloat16_rounds_once() -> None:
     y = np.random.default_rng(0).standard_normal(1000) * 1e4
     np.testing.assert_array_equal(to_dtype(y.astype(np.float32).astype(np.float64), "bfloat16"),
                                   y.astype(np.float32).astype(ml_dtypes.bfloat16))
+
+
+def test_an_element_may_match_an_alternative_outcome_instead() -> None:
+    want, low, high = np.array([3, 5, 7]), np.array([2, 5, 7]), np.array([3, 5, 8])
+    got = np.array([2, 5, 8], np.int32)
+    assert compare(got, want, "int32").mismatches == 2
+    result = compare(got, want, "int32", [low, high])
+    assert result.ok and result.boundary == 2 and result.max_abs == 0.0
+    off = compare(np.array([2, 6, 7], np.int32), want, "int32", [low, high])
+    assert off.mismatches == 1 and off.boundary == 1
+    assert str(off).endswith("1 at a cast's rounding boundary; first at (1,): got 6.0, want 5.0")
+    with pytest.raises(ValueError, match="an alternative of shape"):
+        compare(got, want, "int32", [np.zeros(2)])

@@ -28,7 +28,7 @@ from ..dialect.locations import span_of
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
 from ..mlir import ir
-from .numerics import NUMPY_DTYPES, to_dtype
+from .numerics import NUMPY_DTYPES, TOLERANCES, to_dtype
 
 
 class ReferenceError(Exception):  # noqa: A001 - the harness's name for its run-time error
@@ -209,9 +209,11 @@ def _strings(attr: Any) -> list[str]:
 class _Interpreter:
     """Evaluates blocks of tile ops under one symbol binding."""
 
-    def __init__(self, binding: Binding, module: ir.Module | None = None) -> None:
+    def __init__(self, binding: Binding, module: ir.Module | None = None,
+                 cast_nudge: int = 0) -> None:
         self.binding = binding
         self.module = module
+        self.cast_nudge = cast_nudge  # -1, 0 or +1: see :func:`outcomes`
         self.point: tuple[tuple[int, ...], ...] = ()  # the grid point a kernel body runs for:
         # the coordinates of each grid entry (all the leading ones for '...')
         self.stored: dict[Any, np.ndarray] = {}  # a kernel's outputs, filled row by row
@@ -273,7 +275,7 @@ class _Interpreter:
         for x, t in zip(xs, callee.type.inputs):
             if x.shape != self.shape(tensor_info(t), op):
                 raise _internal(op, f"an argument of shape {list(x.shape)} for type {t}")
-        return _run_body(_Interpreter(self.binding, self.module), callee, xs)
+        return _run_body(_Interpreter(self.binding, self.module, self.cast_nudge), callee, xs)
 
     def finish(self, op: Any, t: ir.Type, value: np.ndarray) -> np.ndarray:
         """Wrap int32 results and check that the value has the result type's shape."""
@@ -342,6 +344,9 @@ def _cast(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
         return to_dtype(x.astype(np.float64), dtype).astype(np.float64)
     if dtype != "int32" or x.dtype != np.float64:
         return _storage(x, dtype)
+    if ev.cast_nudge:
+        rtol, atol = TOLERANCES[tensor_info(op.operands[0].type).dtype]
+        x = x + ev.cast_nudge * (atol + rtol * np.abs(x))
     t = np.trunc(x)
     bad = ~((t >= -2**31) & (t < 2**31))  # NaN too
     if bad.any():
@@ -565,6 +570,51 @@ def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
     ``tile.default`` may be omitted.  A function in the module's dispatch table runs the
     variant for its arguments' shapes.  Returns one np.ndarray for a single result, a tuple
     for several."""
+    return _run(module, func_name, args, kwargs, 0)
+
+
+def outcomes(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> list[Any]:
+    """The results :func:`run` gives, followed, when the module casts a float to int32, by the
+    results of two more runs in which every such cast first moves its operand down, then up,
+    by the operand's tolerance.
+
+    A kernel computes that operand within the contract's tolerance, not exactly, so where it
+    lies that close to an integer boundary the cast may land on either side of it, and so may
+    everything computed from the cast.  A backend's result is right where it agrees with any
+    of these outcomes (:func:`tilec.harness.numerics.compare`'s ``alternatives``); everywhere
+    else integer results agree exactly, as language.md says."""
+    nominal = _run(module, func_name, args, kwargs, 0)
+    if not _casts_float_to_int(module):
+        return [nominal]
+    alternatives = []
+    for nudge in (-1, 1):
+        try:
+            alternatives.append(_run(module, func_name, args, kwargs, nudge))
+        except ReferenceError:  # nudged out of int32's range: only the nominal outcome counts
+            pass
+    return [nominal, *alternatives]
+
+
+FLOAT_TYPES = ("float16", "bfloat16", "float32")
+
+
+def _casts_float_to_int(module: ir.Module) -> bool:
+    found = False
+
+    def visit(op: Any) -> ir.WalkResult:
+        nonlocal found
+        if op.name == "tile.cast" and tensor_info(op.results[0].type).dtype == "int32" \
+                and tensor_info(op.operands[0].type).dtype in FLOAT_TYPES:
+            found = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+         cast_nudge: int) -> Any:
     entry = dispatch_entry(module, func_name)
     abi = func_name if entry is None else entry.generic or entry.variants[0][0]
     func_op = find_function(module, abi)  # every variant has the generic's parameters
@@ -573,7 +623,7 @@ def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
         if entry is not None:
             func_op = _dispatch(module, func_name, entry, values)
-        interpreter = _Interpreter(bind_shapes(func_op, values), module)
+        interpreter = _Interpreter(bind_shapes(func_op, values), module, cast_nudge)
         outs = _run_body(interpreter, func_op, values)
         if len(outs) != len(func_op.type.results):
             raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "

@@ -34,7 +34,7 @@ from ..frontend import compile_source
 from ..pipeline import parse_pipeline, run_pipeline
 from ..runtime.loader import Function
 from .numerics import NUMPY_DTYPES, compare
-from .reference import ReferenceError, run
+from .reference import ReferenceError, outcomes
 
 SIZES = (1, 7, 127, 255, 1000, 4097)
 BASE = 7
@@ -173,9 +173,9 @@ def _case(fn: Function, module: Any, values: dict[str, int], lead: tuple,
             for i, p in enumerate(fn.params)]
     shown = " ".join(str(s) for s in tensors.values())
     try:
-        want = run(module, fn.name, *args)
+        want, *others = outcomes(module, fn.name, *args)
     except ReferenceError as e:
-        want = e
+        want, others = e, []
     try:
         got = fn(*args)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -186,8 +186,10 @@ def _case(fn: Function, module: Any, values: dict[str, int], lead: tuple,
         detail = (f"the reference refused ({want}) but the library did not"
                   if isinstance(want, Exception) else f"the library refused: {got}")
         return Case(fn.name, label, shown, "FAIL", detail=detail)
-    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
-    compared = [compare(g, w, dtype) for g, w, (dtype, _) in zip(got, want, fn.results)]
+    if not isinstance(got, tuple):
+        got, want, others = (got,), (want,), [(o,) for o in others]
+    compared = [compare(g, w, dtype, [o[k] for o in others])
+                for k, (g, w, (dtype, _)) in enumerate(zip(got, want, fn.results))]
     bad = [c for c in compared if not c.ok]
     return Case(fn.name, label, shown, "FAIL" if bad else "pass",
                 max(c.max_abs for c in compared), max(c.max_rel for c in compared),
