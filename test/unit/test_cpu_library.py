@@ -369,6 +369,38 @@ def test_a_c_program_calls_the_library_through_its_header(tmp_path: Path) -> Non
     assert lines[1] == "1 swiglu: symbol seq is -3, a negative extent"
 
 
+TWO_LIBRARIES = r"""
+#include <stdio.h>
+#include "swiglu.h"
+#include "scale.h"
+int main(void) {
+  float x[4] = {1, 2, 3, 4}, y[4];
+  int status = scale(x, y, -4, NULL);
+  printf("%d %s\n", status, tilec_last_error());
+  status = scale(x, y, 4, NULL);
+  printf("%d [%s] %g\n", status, tilec_last_error(), (double)y[3]);
+  return 0;
+}
+"""
+
+
+def test_a_program_linking_two_libraries_reads_the_error_of_the_one_that_failed(
+        tmp_path: Path) -> None:
+    (tmp_path / "scale.tile").write_text(
+        "func scale(x: Tensor<f32>[n]) -> Tensor<f32>[n] {\n  return x * 2.0;\n}\n")
+    assert main([str(OPS / "swiglu.tile"), "-o", str(tmp_path / "swiglu.so")]) == 0
+    assert main([str(tmp_path / "scale.tile"), "-o", str(tmp_path / "scale.so")]) == 0
+    (tmp_path / "main.c").write_text(TWO_LIBRARIES)
+    # swiglu.so comes first: without one error slot for both, the program's
+    # tilec_last_error() would be swiglu's, which never failed
+    subprocess.run([CC, "-o", str(tmp_path / "main"), str(tmp_path / "main.c"),
+                    str(tmp_path / "swiglu.so"), str(tmp_path / "scale.so"),
+                    f"-Wl,-rpath,{tmp_path}"], check=True, cwd=tmp_path)
+    lines = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert lines == ["1 scale: symbol n is -4, a negative extent", "0 [] 8"]
+
+
 def test_c_names_that_clash_get_a_suffix(tmp_path: Path) -> None:
     source = ("func half(int: Tensor<f32>[n], n: Tensor<f32>[n], stream: float32 = 2.0) -> "
               "Tensor<f32>[n] { return int * n * stream; }\n")

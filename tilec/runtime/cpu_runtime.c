@@ -186,17 +186,28 @@ void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx
   pthread_mutex_unlock(&launch_lock);
 }
 
+/* tilec_record_error and tilec_last_error are exported, and the library calls them through
+ * the PLT (the runtime compiles with -fsemantic-interposition): in a program linking several
+ * tilec libraries the dynamic linker binds every library's calls to the first definition, so
+ * they share one message per thread and tilec_last_error() names the call that failed last,
+ * whichever library made it. */
+void tilec_record_error(const char* message) {
+  snprintf(error_message, sizeof error_message, "%s", message);
+}
+
+const char* tilec_last_error(void) { return error_message; }
+
 int tilec_fail(int code, const char* format, ...) {
+  char message[sizeof error_message];
   va_list args;
   va_start(args, format);
-  vsnprintf(error_message, sizeof error_message, format, args);
+  vsnprintf(message, sizeof message, format, args);
   va_end(args);
+  tilec_record_error(message);
   return code;
 }
 
-void tilec_clear_error(void) { error_message[0] = '\0'; }
-
-const char* tilec_last_error(void) { return error_message; }
+void tilec_clear_error(void) { tilec_record_error(""); }
 
 void* tilec_alloc(int64_t bytes) {
   void* p = NULL;

@@ -3,8 +3,8 @@
  * In: calls from the generated host code (tilec/codegen/cpu/templates/host.c.j2).  Out: the
  * rows of a kernel's grid run on all cores by a persistent pthread pool; the per-thread error
  * message behind tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar
- * conversions.  Only tilec_last_error() is exported from the library; everything else here is
- * internal to it.
+ * conversions.  Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are
+ * exported from the library; everything else here is internal to it.
  */
 #ifndef TILEC_CPU_RUNTIME_H
 #define TILEC_CPU_RUNTIME_H
@@ -37,6 +37,7 @@ int tilec_num_threads(void);
 /* Set this thread's error message (printf-style) and return code. */
 int tilec_fail(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void tilec_clear_error(void);
+void tilec_record_error(const char* message); /* set this thread's message */
 const char* tilec_last_error(void);
 
 void* tilec_alloc(int64_t bytes); /* NULL only when out of memory; never for 0 bytes */

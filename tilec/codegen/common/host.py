@@ -366,7 +366,8 @@ def generate(module: Any, *, name: str, source: str, arch: str, test_break: str 
         "ptx_lines": [c_string(line + "\n") for line in device.ptx.splitlines()] if device
         else [],
     }
-    exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_metadata"]
+    exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_record_error",
+                                             "tilec_metadata"]
     exports += list(DEVICE_EXPORTS) if target == "ptx" else \
         ["tilec_num_threads"] if target == "cpu" else []
     return HostCode(TEMPLATES.get_template("host.c.j2").render(context),

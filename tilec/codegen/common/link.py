@@ -4,9 +4,10 @@ In: :class:`~tilec.codegen.common.host.HostCode`, for a cpu library the object f
 kernels (a ptx library embeds its cubin in the host C instead), and the C compiler command.
 Out: the bytes of the ``.so``.  Everything is built in a temporary directory that is removed
 afterwards, so a failing compiler leaves nothing behind.  A version script exports only what
-``HostCode.exports`` names (the entries, ``tilec_last_error``, ``tilec_metadata``, and
-``tilec_num_threads`` or the device helpers): kernels and the runtime stay private to the
-library, so two libraries loaded in one process never call each other's kernels.  A ptx
+``HostCode.exports`` names (the entries, ``tilec_last_error``, ``tilec_record_error``,
+``tilec_metadata``, and ``tilec_num_threads`` or the device helpers): kernels and the runtime
+stay private to the library, so two libraries loaded in one process never call each other's
+kernels, while their error messages share one slot (see ``cpu_runtime.c``).  A ptx
 library links ``tilec_cuda.c`` and ``-ldl``: the CUDA driver is opened at run time.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ...diagnostics import TilecError
 from .host import HostCode
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
-FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing")
+FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
+         "-fsemantic-interposition")
 CPU_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h")
 CUDA_RUNTIME = ("tilec_cuda.c", "tilec_cuda.h")
 
