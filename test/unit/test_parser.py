@@ -240,9 +240,11 @@ H = "func f(x: Tensor[n]) -> Tensor[n] {\n"   # the function body starts at 1:35
 
 SYNTAX_ERRORS = [
     # (source, line, col, message)
-    (H + "  let y = x\n  return y;\n}\n", 3, 3,
-     "expected ';' after the statement, found 'return'"),
-    (H + "  return x\n}\n", 3, 1, "expected ';' after the statement, found '}'"),
+    (H + "  let y = x\n  return y;\n}\n", 2, 12,
+     "expected ';' at the end of the statement, before 'return' on line 3"),
+    (H + "  return x\n}\n", 2, 11,
+     "expected ';' at the end of the statement, before '}' on line 3"),
+    (H + "  let y = x return y;\n}\n", 2, 13, "expected ';' after the statement, found 'return'"),
     (H + "  let y = exp(x;\n}\n", 2, 16,
      "expected ')' to close '(' opened at 2:14, found ';'"),
     (H + "  return f(a b);\n}\n", 2, 14,
@@ -313,11 +315,11 @@ def test_syntax_error_location_and_message(src: str, line: int, col: int,
 
 def test_syntax_error_renders_with_a_caret() -> None:
     with pytest.raises(TilecError) as info:
-        parse(H + "  let y = x\n  return y;\n}\n", "caret.tile")
+        parse(H + "  let y = x return y;\n}\n", "caret.tile")
     assert info.value.render().splitlines() == [
-        "caret.tile:3:3: error: expected ';' after the statement, found 'return'",
-        "  return y;",
-        "  ^~~~~~",
+        "caret.tile:2:13: error: expected ';' after the statement, found 'return'",
+        "  let y = x return y;",
+        "            ^~~~~~",
     ]
 
 

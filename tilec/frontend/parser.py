@@ -195,6 +195,10 @@ def _token_error(token: Token, accepts: set[str], file: str, brackets: _Brackets
         return TilecError("expected ':' in the slice (a subscript is ':', 'a:b', 'a:', ':b' or "
                           f"'...'), found {found}", span)
     if "';'" in expected:
+        if last is not None and token.line > last.end_line:  # point where the ';' belongs
+            return TilecError(f"expected ';' at the end of the statement, before {found} on "
+                              f"line {token.line}",
+                              Span.point(file, last.end_line, last.end_column))
         return TilecError(f"expected ';' after the statement, found {found}", span)
     described = _describe(expected, end_of_input)
     if described is None:
