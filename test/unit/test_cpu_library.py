@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -433,3 +434,16 @@ def test_verify_passes_and_fails_on_an_injected_break() -> None:
     # 24 cases: (7, 7, 7), 5 more sizes per symbol, 5 more all at once, 3 random; 11 of
     # them hold more than 100000 elements (3 * batch * seq * hidden)
     assert table[-1] == "13 cases: 0 passed, 0 rejected by both, 13 failed; 11 skipped"
+
+
+@pytest.mark.parametrize("target", ["cpu", "ptx", "ascend-sim"])
+def test_the_library_exports_every_function_its_header_declares(target: str,
+                                                                 tmp_path: Path) -> None:
+    library = tmp_path / "swiglu.so"
+    assert main([str(OPS / "swiglu.tile"), "--target", target, "-o", str(library)]) == 0
+    declared = set(re.findall(r"^(?:int|const char\*) (\w+)\(", (tmp_path / "swiglu.h")
+                              .read_text(), re.MULTILINE))
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert {"swiglu", "tilec_last_error", "tilec_metadata"} <= declared
+    assert declared <= set(symbols)
