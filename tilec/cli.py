@@ -16,8 +16,9 @@ from typing import Callable, Sequence
 
 from .diagnostics import TilecError, default_sink, register_source
 from .cache import Store
-from .driver import (ALL_STAGES, BINARY_STAGES, TARGETS, CompileOptions, build, cache_dir,
-                     read_source, write_atomic, write_outputs, write_project, write_stages)
+from .driver import (ALL_STAGES, BINARY_STAGES, PROJECT, TARGETS, CompileOptions, build,
+                     cache_dir, read_source, write_atomic, write_directory, write_outputs,
+                     write_project, write_stages)
 
 CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 
@@ -86,9 +87,10 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="print the directory of the CMake package (for tilec_DIR) and exit")
     p.add_argument("file", help="the .tile source")
     p.add_argument("-o", dest="output",
-                   help="output path (written atomically; a library's header goes beside it); "
+                   help="output path (written atomically; a library's header goes beside it; "
+                        "for --emit=project a directory, replaced whole if tilec wrote it); "
                         "if absent, text stages go to stdout, obj/so to the source's stem in "
-                        "the current directory")
+                        "the current directory, project to STEM.ascend there")
     p.add_argument("--emit", default="so", choices=ALL_STAGES, metavar="STAGE",
                    help="stage to produce: " + " ".join(ALL_STAGES) + " (default: so)")
     _add_build_options(p)
@@ -149,9 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
         binary = options.emit in BINARY_STAGES
+        project = options.emit == PROJECT
         output = args.output
         if binary and output is None:
             output = Path(args.file).stem + (".so" if options.emit == "so" else ".o")
+        if project and output is None:
+            output = Path(args.file).stem + ".ascend"
         name = Path(output or args.file).stem
         try:
             built = build(text, args.file, options, default_sink(), name,
@@ -170,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_stages(args.dump_dir, name, built.stages)
         if binary:
             write_outputs(output, built.files)
+        elif project:
+            from .codegen.ascendc import is_project
+            write_directory(output, built.files, is_project)
         elif output:
             write_atomic(output, built.files[""])
         else:

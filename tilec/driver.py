@@ -2,16 +2,20 @@
 
 Stages, in order: ``ast`` (parser), ``ir`` (irgen), ``opt`` (the tensor-level pass pipeline),
 ``kernel`` (kernel-level IR for the target).
-Later stages belong to the backends.  Only this module and ``cli`` read files and write outputs.
+Later stages belong to the backends: text (``llvm``, ``ptx``, ``ascendc``...), binaries
+(``obj``, ``cubin``, ``so``) and ``project``, a directory (the CMake project of a CANN build).
+Only this module and ``cli`` read files and write outputs.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import importlib.metadata
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,10 +29,12 @@ from .cache import Store
 from .diagnostics import Diagnostic, DiagnosticSink, Span, TilecError, register_source
 
 if TYPE_CHECKING:
+    from .codegen.ascendc import AscendBackend
+    from .codegen.ascendc.build import Sources
     from .frontend.sema import Options as SemaOptions
 
 ALL_STAGES = ("ast", "ir", "opt", "kernel", "llvm", "obj", "gpu", "nvvm", "ptx", "cubin",
-              "ascendc", "so")
+              "ascendc", "project", "so")
 TARGETS = ("cpu", "ptx", "ascend", "ascend-sim")
 
 
@@ -107,6 +113,9 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
 
 
 BINARY_STAGES = ("obj", "cubin", "so")
+PROJECT = "project"
+"""The stage whose output is a directory: the CMake project that builds an ascend library
+with CANN's CMake support (written without CANN)."""
 CPU_ARCHES = ("x86-64-v3", "native")
 PTX_TEXT_STAGES = ("gpu", "nvvm", "llvm", "ptx")
 ASCEND_TARGETS = ("ascend", "ascend-sim")
@@ -214,9 +223,34 @@ def _ascend_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
     bisheng (looked for under ``$ASCEND_HOME_PATH``, then on ``PATH``) for ascend.  The
     kernel file is the stage ``ascendc``."""
     if options.emit != "so":
+        stages = "ascendc, project or so" if options.target == "ascend" else "ascendc or so"
         raise TilecError(f"--emit={options.emit} is not a stage of --target {options.target}; "
-                         "it emits ascendc or so")
+                         f"it emits {stages}")
     from .codegen.ascendc import find_bisheng
+
+    backend, sources = _ascend_sources(text, file, options, sink, name)
+    bisheng, looked = find_bisheng(os.environ.get("ASCEND_HOME_PATH"), os.environ.get("PATH"))
+    library = backend.library(sources, cc=os.environ.get("CC") or "cc",
+                              cxx=os.environ.get("CXX") or "c++", bisheng=bisheng, looked=looked)
+    return {".h": sources.host.header.encode(), "": library}
+
+
+def compile_project(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                    name: str) -> dict[str, bytes]:
+    """Stage ``project`` of --target ascend: the CMake project that builds library ``name``
+    with CANN (relative path -> bytes; ``NAME.h`` is the library's header).  It needs no
+    CANN: nothing is compiled."""
+    if options.target != "ascend":
+        raise TilecError(f"--emit=project writes the CMake project of a CANN build: it is for "
+                         f"--target ascend, not --target {options.target}")
+    backend, sources = _ascend_sources(text, file, options, sink, name)
+    return backend.project(sources)
+
+
+def _ascend_sources(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                    name: str) -> tuple[AscendBackend, Sources]:
+    """The Ascend C backend of ``options`` and the sources of library ``name`` (their kernel
+    file is the stage ``ascendc``)."""
     from .dialect import make_context
 
     backend = ascend_backend(options, sink)
@@ -224,19 +258,16 @@ def _ascend_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
         module = kernel_module(text, file, options, sink)
         sources = backend.sources(module, name=name, source=file, test_break=options.test_break)
     note_stage("ascendc", lambda: sources.kernels)
-    bisheng, looked = find_bisheng(os.environ.get("ASCEND_HOME_PATH"), os.environ.get("PATH"))
-    library = backend.library(sources, cc=os.environ.get("CC") or "cc",
-                              cxx=os.environ.get("CXX") or "c++", bisheng=bisheng, looked=looked)
-    return {".h": sources.host.header.encode(), "": library}
+    return backend, sources
 
 
 def write_project(output: str, missing) -> TilecError:
     """``--target ascend`` without CANN: the project that ``missing`` (a
     :class:`~tilec.codegen.ascendc.MissingToolchain`) carries, written beside ``output``; the
     error that says so."""
-    directory = missing.project_directory(output)
-    for relative, data in sorted(missing.files.items()):
-        write_atomic(str(directory / relative), data)
+    from .codegen.ascendc import is_project
+
+    write_directory(str(missing.project_directory(output)), missing.files, is_project)
     return TilecError(missing.explain(output))
 
 
@@ -286,7 +317,8 @@ def toolchain(options: CompileOptions) -> dict[str, str]:
     """Every tool whose version decides the output of a compile with ``options``: tilec (its
     version and a digest of its sources, so an edit to tilec invalidates), the MLIR bindings,
     llvmlite, the C (and for ascend-sim C++) compiler of a binary stage, ptxas and libdevice
-    (their wheels) for ptx, bisheng for ascend, and the host CPU for ``--arch native``."""
+    (their wheels) for ptx, bisheng for an ascend library, and the host CPU for
+    ``--arch native``."""
     from . import __version__
 
     tools = {"tilec": __version__, "tilec-sources": _compiler_digest(),
@@ -298,7 +330,7 @@ def toolchain(options: CompileOptions) -> dict[str, str]:
     if options.target == "ptx":
         tools["ptxas"] = _dist_version("nvidia-cuda-nvcc")
         tools["libdevice"] = _dist_version("nvidia-nvvm")
-    if options.target == "ascend":
+    if options.target == "ascend" and options.emit in BINARY_STAGES:
         tools["bisheng"] = tool_identity("bisheng")
     if options.arch == "native":
         import llvmlite.binding as llvm
@@ -310,7 +342,7 @@ def cache_key(text: str, file: str, name: str, options: CompileOptions) -> str:
     """The content address of a compile: sha256 over the source text, the file name
     (diagnostics and a library's metadata quote it), a library's name (its header does),
     every option but :data:`REPORT_OPTIONS`, and :func:`toolchain`."""
-    library = name if options.emit in BINARY_STAGES else ""
+    library = name if options.emit in (*BINARY_STAGES, PROJECT) else ""
     key = {"source": hashlib.sha256(text.encode()).hexdigest(), "file": file, "name": library,
            "options": {k: v for k, v in asdict(options).items() if k not in REPORT_OPTIONS},
            "toolchain": toolchain(options)}
@@ -337,7 +369,8 @@ def note_stage(stage: str, produce: Callable[[], str], emit: str = "") -> str | 
 class Build:
     """What :func:`build` produced."""
 
-    files: dict[str, bytes]    # as compile_binary's; a text stage is {"": its text}
+    files: dict[str, bytes]    # as compile_binary's; a text stage is {"": its text}, a
+                               # project {relative path: contents}
     stages: dict[str, str]     # the text of each stage the compile went through, when recorded
     output: Path | None        # the "" file inside the cache entry, when there is one
     key: str | None            # the cache key, unless the cache was bypassed
@@ -362,12 +395,14 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
         register_source(file, text)
         for warning in meta["warnings"]:
             sink.warn(warning["message"], warning["span"] and Span(**warning["span"]))
-        return Build({suffix: entry.files[path] for suffix, path in meta["outputs"].items()},
+        outputs = meta["outputs"]
+        return Build({suffix: entry.files[path] for suffix, path in outputs.items()},
                      {stage: entry.files[path].decode() for stage, path in
                       meta["stages"].items()},
-                     entry.path / meta["outputs"][""], key, hit=True)
+                     entry.path / outputs[""] if "" in outputs else None, key, hit=True)
     files, stages, warnings = _compile(text, file, options, sink, name, record=True)
-    outputs = {suffix: f"out/{name}{suffix or '.' + options.emit}" for suffix in files}
+    outputs = {suffix: f"out/{PROJECT}/{suffix}" if options.emit == PROJECT
+               else f"out/{name}{suffix or '.' + options.emit}" for suffix in files}
     stage_paths = {stage: f"stages/{stage}.txt" for stage in stages}
     meta = {"file": file, "emit": options.emit, "target": options.target,
             "outputs": outputs, "stages": stage_paths,
@@ -376,7 +411,8 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
     stored = {**{outputs[s]: data for s, data in files.items()},
               **{stage_paths[s]: text.encode() for s, text in stages.items()}}
     entry_path = store.publish(key, stored, meta)
-    return Build(files, stages, entry_path and entry_path / outputs[""], key, hit=False)
+    output = entry_path / outputs[""] if entry_path and "" in outputs else None
+    return Build(files, stages, output, key, hit=False)
 
 
 def _compile(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, name: str,
@@ -389,6 +425,8 @@ def _compile(text: str, file: str, options: CompileOptions, sink: DiagnosticSink
     try:
         if options.emit in BINARY_STAGES:
             files = compile_binary(text, file, options, sink, name)
+        elif options.emit == PROJECT:
+            files = compile_project(text, file, options, sink, name)
         else:
             files = {"": compile_text(text, file, options, sink).encode()}
     finally:
@@ -489,3 +527,56 @@ def write_atomic(path: str, data: str | bytes) -> None:
     except OSError as e:
         os.unlink(tmp)
         raise TilecError(f"cannot write '{path}': {e.strerror or e}") from None
+
+
+def write_directory(path: str, files: dict[str, bytes],
+                    replaceable: Callable[[Path], bool]) -> None:
+    """Publish ``files`` (relative path -> bytes) as the directory ``path``, whole: they are
+    written into a temporary directory beside it, which is then renamed to ``path``.  An
+    existing ``path`` is replaced only when it is an empty directory or ``replaceable`` says
+    so (a directory tilec wrote); anything else there is an error, and so is a failure, which
+    leaves the previous directory as it was."""
+    target = Path(path)
+    try:
+        if target.is_symlink() or target.exists():
+            if target.is_symlink() or not target.is_dir():
+                raise TilecError(f"cannot write the directory '{path}': a file is in the way")
+            if any(target.iterdir()) and not replaceable(target):
+                raise TilecError(f"cannot write '{path}': the directory exists and tilec did "
+                                 "not write it; remove it or choose another -o")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as e:
+        raise TilecError(f"cannot write '{path}': {e.strerror or e}") from None
+    try:
+        staged.chmod(0o777 & ~_umask())   # mkdtemp's 0o700 hides it from others
+        for relative, data in files.items():
+            (staged / relative).parent.mkdir(parents=True, exist_ok=True)
+            (staged / relative).write_bytes(data)
+        _rename_over(staged, target)
+    except OSError as e:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise TilecError(f"cannot write '{path}': {e.strerror or e}") from None
+
+
+def _rename_over(staged: Path, target: Path) -> None:
+    """Rename the directory ``staged`` to ``target``, replacing a previous ``target``: that
+    one is first renamed aside (and put back when the second rename fails), then removed."""
+    try:
+        os.rename(staged, target)          # no target, or an empty one
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    previous = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    try:
+        os.rename(target, previous)        # onto the empty directory mkdtemp made
+    except OSError:
+        previous.rmdir()
+        raise
+    try:
+        os.rename(staged, target)
+    except OSError:
+        os.rename(previous, target)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)

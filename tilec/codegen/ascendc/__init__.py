@@ -4,10 +4,10 @@ In: a module after ``tile-kernel{target=ascend}``: ``func.func`` ops marked ``ti
 (one row of a grid each), the host schedules that call them, template variants.  Out, by
 stage: ``ascendc``, the kernel file (:mod:`.kernel`, :mod:`.source`: one
 ``extern "C" __global__ __aicore__`` entry per kernel, the same text for bisheng and for the
-CPU twin), and ``so``: the kernel file with its launcher file and the shared host C entries
+CPU twin), ``so``: the kernel file with its launcher file and the shared host C entries
 (the design ABI, header and metadata of every target), built for the CPU twin
 (``ascend-sim``) or for CANN (``ascend``: with bisheng, else a CMake project to build on a
-machine that has it; :mod:`.build`).
+machine that has it; :mod:`.build`), and for ``ascend`` ``project``: that CMake project.
 """
 from __future__ import annotations
 
@@ -19,15 +19,17 @@ from ...diagnostics import DiagnosticSink, TilecError
 from ...tiling.targets import TARGETS
 from ..common.host import DeviceCode, generate
 from ..common.schedule import Kernel
-from .build import MissingToolchain, Sources, build_cann, build_sim, find_bisheng
+from .build import (MissingToolchain, Sources, build_cann, build_sim, find_bisheng,
+                    is_project, project_files)
 from .kernel import KERNEL_ATTR, AscendKernel, KernelSource
 from .source import render_file, render_launch
 
-__all__ = ["ARCHES", "AscendBackend", "MissingToolchain", "Options", "find_bisheng"]
+__all__ = ["ARCHES", "AscendBackend", "MissingToolchain", "Options", "find_bisheng",
+           "is_project"]
 
 ARCHES = ("dav-2201",)
 TARGETS_OF_BACKEND = ("ascend", "ascend-sim")
-STAGES = ("ascendc", "so")
+STAGES = ("ascendc", "project", "so")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,11 @@ class AscendBackend:
                         test_break=test_break,
                         device=DeviceCode(b"", "", described, self.options.target))
         return Sources(name, host, kernel_file, launch)
+
+    def project(self, sources: Sources) -> dict[str, bytes]:
+        """Stage ``project``: the CMake project that builds the library with CANN (relative
+        path -> bytes)."""
+        return project_files(sources, self.options.arch)
 
     def library(self, sources: Sources, *, cc: str, cxx: str, bisheng: str | None,
                 looked: list[str]) -> bytes:
