@@ -51,8 +51,8 @@ def test_ascend_without_cann_writes_the_project_and_fails(scale_tile: Path, tmp_
     err = capsys.readouterr().err
     project = tmp_path / "out" / "scale.ascend"
     assert "error: --target ascend needs CANN's bisheng compiler, which is not installed" in err
-    assert f"looked in {home / 'compiler' / 'bin'}, {home / '*-linux' / 'ccec_compiler' / 'bin'}" \
-           ", PATH" in err
+    assert f"looked in {home / 'compiler' / 'bin'}, {home / 'compiler' / 'ccec_compiler' / 'bin'}" \
+           f", {home / '*-linux' / 'ccec_compiler' / 'bin'}, PATH" in err
     assert f"cmake -S {project} -B {project / 'build'} && cmake --build {project / 'build'} " \
            f"&& cp {project / 'build' / 'scale.so'} {output}" in err
     assert not output.exists()
@@ -80,11 +80,13 @@ def _executable(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("where", ["compiler/bin", "aarch64-linux/ccec_compiler/bin"])
+@pytest.mark.parametrize("where", ["compiler/bin", "compiler/ccec_compiler/bin",
+                                   "aarch64-linux/ccec_compiler/bin"])
 def test_bisheng_is_found_under_ascend_home_path(tmp_path: Path, where: str) -> None:
     bisheng = _executable(tmp_path / where / "bisheng")
     assert find_bisheng(str(tmp_path), "") == (str(bisheng), [
-        str(tmp_path / "compiler" / "bin"), str(tmp_path / "*-linux" / "ccec_compiler" / "bin")])
+        str(tmp_path / "compiler" / "bin"), str(tmp_path / "compiler" / "ccec_compiler" / "bin"),
+        str(tmp_path / "*-linux" / "ccec_compiler" / "bin")])
 
 
 def test_bisheng_is_found_on_path_last(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ launcher file of :mod:`.source`.  Out:
 - ``--target ascend``: the files of a CMake project for CANN (``find_package(ASC)``,
   ``project(NAME LANGUAGES ASC CXX)``): the output of ``--emit=project``
   (:func:`project_files`), and for ``so`` built with ``bisheng`` when it is found
-  (``$ASCEND_HOME_PATH/compiler/bin``, ``$ASCEND_HOME_PATH/*-linux/ccec_compiler/bin``, then
-  ``PATH``); without it :class:`MissingToolchain` carries the project's files, which the
+  (``$ASCEND_HOME_PATH/compiler/bin``, ``compiler/ccec_compiler/bin``,
+  ``*-linux/ccec_compiler/bin``, then ``PATH``); without it :class:`MissingToolchain` carries the project's files, which the
   command line writes beside the output before reporting what is missing.
 """
 from __future__ import annotations
@@ -93,19 +93,22 @@ def twin_object(cxx: tuple[str, ...]) -> bytes:
 # CANN
 
 
+BISHENG_DIRECTORIES = ("compiler/bin", "compiler/ccec_compiler/bin", "*-linux/ccec_compiler/bin")
+"""Where CANN releases keep bisheng, under ``$ASCEND_HOME_PATH``, in the order looked at."""
+
+
 def find_bisheng(ascend_home: str | None, path: str | None) -> tuple[str | None, list[str]]:
     """bisheng's path (None when absent) and every place looked at: under ``ascend_home``
-    (``$ASCEND_HOME_PATH``) its ``compiler/bin``, then ``*-linux/ccec_compiler/bin``, then
-    ``path`` (``$PATH``)."""
+    (``$ASCEND_HOME_PATH``) :data:`BISHENG_DIRECTORIES`, then ``path`` (``$PATH``)."""
     if not ascend_home:
         looked = ["$ASCEND_HOME_PATH (not set)"]
     else:
         home = Path(ascend_home)
-        looked = [str(home / "compiler" / "bin"), str(home / "*-linux" / "ccec_compiler" / "bin")]
-        for candidate in [home / "compiler" / "bin" / "bisheng",
-                          *sorted(home.glob("*-linux/ccec_compiler/bin/bisheng"))]:
-            if candidate.is_file():
-                return str(candidate), looked
+        looked = [str(home / directory) for directory in BISHENG_DIRECTORIES]
+        for directory in BISHENG_DIRECTORIES:
+            for candidate in sorted(home.glob(f"{directory}/bisheng")):
+                if candidate.is_file():
+                    return str(candidate), looked
     return shutil.which("bisheng", path=path), looked + ["PATH"]
 
 
