@@ -13,13 +13,16 @@ from typing import TextIO
 
 @dataclass(frozen=True)
 class Span:
-    """A half-open source range; lines and columns count from 1."""
+    """A half-open source range; lines and columns count from 1.  Code of a function inlined
+    into its caller keeps its own span, with the calls it was inlined through in
+    ``inlined_at``, innermost first; a diagnostic shows each as a note."""
 
     file: str
     line: int
     col: int
     end_line: int
     end_col: int
+    inlined_at: tuple["Span", ...] = field(default=(), compare=False)
 
     @staticmethod
     def point(file: str, line: int, col: int) -> "Span":
@@ -27,7 +30,22 @@ class Span:
 
     def to(self, other: "Span") -> "Span":
         """The span from the start of ``self`` to the end of ``other``."""
-        return Span(self.file, self.line, self.col, other.end_line, other.end_col)
+        return Span(self.file, self.line, self.col, other.end_line, other.end_col,
+                    self.inlined_at)
+
+    def located(self) -> str:
+        """``FILE:LINE:COL``, followed by the calls the code was inlined through: how run-time
+        messages, which show no source line, say where."""
+        return str(self) + "".join(f" (inlined at {site})" for site in self.inlined_at)
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "line": self.line, "col": self.col, "end_line": self.end_line,
+                "end_col": self.end_col, "inlined_at": [s.to_json() for s in self.inlined_at]}
+
+    @staticmethod
+    def from_json(d: dict) -> "Span":
+        return Span(d["file"], d["line"], d["col"], d["end_line"], d["end_col"],
+                    tuple(Span.from_json(s) for s in d.get("inlined_at", ())))
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
@@ -73,6 +91,8 @@ class Diagnostic:
                     width = max(len(text) - start + 1, 1)
                 out.append(text)
                 out.append(" " * (start - 1) + "^" + "~" * (width - 1))
+            for site in self.span.inlined_at:
+                out.append(Diagnostic("note", "inlined from this call", site).render())
         for note in self.notes:
             out.append(note.render())
         return "\n".join(out)

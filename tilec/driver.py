@@ -394,7 +394,7 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
         meta = entry.meta
         register_source(file, text)
         for warning in meta["warnings"]:
-            sink.warn(warning["message"], warning["span"] and Span(**warning["span"]))
+            sink.warn(warning["message"], warning["span"] and Span.from_json(warning["span"]))
         outputs = meta["outputs"]
         return Build({suffix: entry.files[path] for suffix, path in outputs.items()},
                      {stage: entry.files[path].decode() for stage, path in
@@ -406,7 +406,7 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
     stage_paths = {stage: f"stages/{stage}.txt" for stage in stages}
     meta = {"file": file, "emit": options.emit, "target": options.target,
             "outputs": outputs, "stages": stage_paths,
-            "warnings": [{"message": w.message, "span": w.span and asdict(w.span)}
+            "warnings": [{"message": w.message, "span": w.span and w.span.to_json()}
                          for w in warnings]}
     stored = {**{outputs[s]: data for s, data in files.items()},
               **{stage_paths[s]: text.encode() for s, text in stages.items()}}

@@ -53,6 +53,15 @@ func counts(x: Tensor<i32>[n], k: int32) -> Tensor<i32>[n] {
 func halve(x: Tensor<f32>[n]) -> Tensor<f32>[n/2] {
   return x[0:n/2];
 }
+func head4_twice(x: Tensor<bf16>[m, n]) -> Tensor<bf16>[m, 4] {
+  return head4(x * 2.0);
+}
+func softmaxes(x: Tensor<f32>[m, n]) -> Tensor<f32>[m, 1] {
+  let b = softmax(x, axis=-1);
+  let c = softmax(b, axis=0);
+  let d = softmax(c * 50.0, axis=-1);
+  return reduce_max(d, axes=[0, 1]) + reduce_sum(d, axes=[-1]);
+}
 """
 
 
@@ -169,6 +178,10 @@ def test_a_failing_shape_check_names_its_source_line(programs) -> None:
     with pytest.raises(RuntimeError, match=r"^programs.tile:12:17: slice out of range: end '4' "
                                            r"exceeds dimension 'n' \(4 = 4, n = 3\)$"):
         lib.head4(rand((2, 3), ml_dtypes.bfloat16))
+    with pytest.raises(RuntimeError, match=r"^programs.tile:12:17 \(inlined at "
+                                           r"programs.tile:30:10\): slice out of range: end '4' "
+                                           r"exceeds dimension 'n' \(4 = 4, n = 3\)$"):
+        lib.head4_twice(rand((2, 3), ml_dtypes.bfloat16))
 
 
 def test_intermediates_between_kernels(programs) -> None:
@@ -204,6 +217,14 @@ def test_intermediates_share_memory_where_tile_reuse_says(programs) -> None:
     assert chain.count("tilec_parallel_for(") == 4
     assert "void* buf[2] = {0};" in chain
     assert chain.count("tilec_alloc(") == 2
+
+
+def test_a_softmax_stored_where_tile_reuse_says(programs) -> None:
+    """softmaxes' d takes b's buffer (tile.reuse), so its kernel keeps the exponentials in
+    scratch, not in that buffer as it would in a buffer of its own."""
+    lib, module = programs
+    x = rand((37, 100), np.float32)
+    assert_close(lib.softmaxes(x), run(module, "softmaxes", x), "float32")
 
 
 def test_the_c_entry_checks_what_its_caller_passes(programs) -> None:

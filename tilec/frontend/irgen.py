@@ -16,8 +16,13 @@ from .sema import TypedFunction, Value
 
 
 def loc(span: Span) -> ir.Location:
-    """The one place where source spans become MLIR locations."""
-    return ir.Location.file(span.file, span.line, span.col)
+    """The one place where source spans become MLIR locations: a file location, or for code
+    inlined from a call a call-site location whose frames are the calls, innermost first."""
+    here = ir.Location.file(span.file, span.line, span.col)
+    if not span.inlined_at:
+        return here
+    return ir.Location.callsite(here, [ir.Location.file(s.file, s.line, s.col)
+                                       for s in span.inlined_at])
 
 
 def _attr(value) -> ir.Attribute:

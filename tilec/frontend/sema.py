@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable, Iterable, Sequence
 
@@ -323,11 +323,16 @@ class FunctionAnalyzer:
         self.subst: dict[str, Dim] = {}          # this function's symbols -> root dims
         self.prefix: Shape | None = None         # what `...` stands for, in root dims
         self.pragmas = [p for p in program.file_pragmas]
+        self.call_sites: tuple[Span, ...] = ()   # the calls this body is inlined through
 
     # helpers -------------------------------------------------------------------------------
+    def here(self, span: Span) -> Span:
+        """``span`` of this body, with the calls it is inlined through."""
+        return replace(span, inlined_at=self.call_sites) if self.call_sites else span
+
     def emit(self, op: str, operands: Sequence[Value], attrs: dict, type_: TensorInfo,
              span: Span) -> Value:
-        v = Value(op, list(operands), attrs, type_, span)
+        v = Value(op, list(operands), attrs, type_, self.here(span))
         self.root.values.append(v)
         return v
 
@@ -794,13 +799,19 @@ class FunctionAnalyzer:
         bound = self._bind_args(e, params, defaults)
         sub = FunctionAnalyzer(self.program, callee, 0, parent=self, depth=self.depth + 1)
         sub.pragmas = list(self.program.file_pragmas)
+        sub.call_sites = (replace(e.span, inlined_at=()), *self.call_sites)
         args: list[Operand] = []
         for p in callee.params:
             a = bound[p.name]
             args.append(self.expr(a.value) if isinstance(a, ast.Arg) else
                         Weak(a.value, a.span))
         sub.bind_call(e, args)
-        return sub._run_body(sub.result_types)
+        try:
+            return sub._run_body(sub.result_types)
+        except TilecError as error:   # the callee's body fails for this call's arguments
+            if error.span is not None and not error.span.inlined_at:  # else it shows them
+                error.diagnostic.notes.append(note(f"in this call of '{e.func}'", e.span))
+            raise
 
     def _on_stack(self, fdef: ast.FuncDef) -> bool:
         a: FunctionAnalyzer | None = self
@@ -1071,7 +1082,8 @@ class FunctionAnalyzer:
                 raise TilecError(f"reshape changes the number of elements: {before} to "
                                  f"{after}", shape_arg.span)
             self.root.checks.append(Check(before, "eq", after,
-                                          f"reshape of {before} elements to {after}", e.span))
+                                          f"reshape of {before} elements to {after}",
+                                          self.here(e.span)))
         return self.emit("reshape", [x], {}, TensorInfo(x.type.dtype, tuple(dims)), e.span)
 
     def _concat(self, e: ast.Call) -> Value:
@@ -1197,7 +1209,7 @@ class FunctionAnalyzer:
         if ok is False:
             raise TilecError(message, span)
         if ok is None:
-            self.root.checks.append(Check(lo, "le", hi, message, span))
+            self.root.checks.append(Check(lo, "le", hi, message, self.here(span)))
 
 
 def _count(params: Sequence[str], defaults: dict) -> str:

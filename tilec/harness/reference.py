@@ -189,7 +189,7 @@ INT32_ELEMENTWISE = frozenset({"add", "sub", "mul", "max", "min", "neg", "abs", 
 
 def _where(op: Any) -> str:
     span = span_of(op.location)
-    return str(span) if span else str(op.location)
+    return span.located() if span else str(op.location)
 
 
 def _error(op: Any, message: str) -> ReferenceError:

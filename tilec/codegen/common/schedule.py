@@ -224,7 +224,7 @@ class ImplBuilder:
         left, right = self.scaled(lhs, den), self.scaled(rhs, den)
         relation = "<=" if a["rel"].value == "le" else "=="
         span = span_of(op.location)
-        where = f"{span}: " if span else ""
+        where = f"{span.located()}: " if span else ""
         scale = f" (times {den})" if den != 1 else ""
         self.impl.checks.append((
             f"{left} {relation} {right}",
