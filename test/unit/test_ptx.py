@@ -1,8 +1,10 @@
 """The PTX backend without a GPU (CI has none): every shared example and corpus program
 lowers to PTX that the pinned ptxas accepts for sm_80 and sm_90, with no register spills in
-element-wise and row-wise kernels; a kernel whose shared memory is known to exceed the arch's
-limit is a located diagnostic; a ptx library builds, loads with ``tilec.load``, and a call
-without a CUDA driver raises RuntimeError saying so.
+element-wise and row-wise kernels; ``cache_hint(NAME, L2)`` loads NAME through an L2
+evict-last policy; the kernel level stages what the backend stages, so a row that fits the
+arch's shared memory compiles and one that does not is a located diagnostic; a ptx library
+builds, loads with ``tilec.load``, and a call without a CUDA driver raises RuntimeError
+saying so.
 
 What only a GPU can show (the kernels' results and speed) is ``bench/gpu_check.py``'s job:
 ``test_launch_needs_a_gpu`` is skipped here, with that reason, when no driver is present."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +23,12 @@ from conftest import EXAMPLE_NAMES, OPS, REPO, SHARED_EXAMPLES
 import tilec
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
+from tilec.codegen.ptx.toolchain import SHARED_LIMIT
 from tilec.diagnostics import DiagnosticSink, TilecError
 from tilec.dialect import make_context
 from tilec.driver import CompileOptions, kernel_module
 from tilec.mlir import ir
+from tilec.tiling.targets import TARGETS
 
 PROGRAMS = [SHARED_EXAMPLES / f"{n}.tile" for n in EXAMPLE_NAMES] + \
     sorted((REPO / "test" / "corpus").glob("*.tile"))
@@ -70,26 +75,105 @@ def test_the_examples_use_shared_memory_where_the_design_says() -> None:
     assert {k.static_shared for k in rmsnorm.kernels} == {128}
 
 
-def test_shared_memory_beyond_the_arch_limit_is_a_diagnostic() -> None:
-    """tile-kernel already refuses known rows over its 48 KiB budget, so the kernel-level
-    IR is made for a small row and widened by hand: a float32 softmax row of 60000 elements
-    keeps its exponentials (240000 bytes, plus up to 16 of alignment) in shared memory and
-    the max and the sum reduce through two static slots of 32 floats (256 bytes): 240272
-    bytes, more than sm_90's 227 KiB."""
-    source = "func wide(x: Tensor<f32>[rows, 1000]) -> Tensor<f32>[rows, 1000] {\n" \
-             "  return softmax(x);\n}\n"
-    with make_context() as context:
-        module = kernel_module(source, "wide.tile", CompileOptions(target="ptx"),
+def compile_text(source: str, arch: str, defines: dict[str, int] | None = None) -> PtxKernels:
+    """``source`` (file name ``wide.tile``) compiled to a cubin for ``arch``."""
+    with make_context():
+        module = kernel_module(source, "wide.tile",
+                               CompileOptions(target="ptx", defines=defines or {}),
                                DiagnosticSink())
-        text = module.operation.get_asm(enable_debug_info=True)
-        widened = ir.Module.parse(re.sub(r"\b1000\b", "60000", text), context)
-        with pytest.raises(TilecError) as caught:
-            PtxBackend(Options("sm_90")).run(widened, "gpu")
-    error = caught.value
-    assert error.message == (
-        "kernel 'wide__k0' needs 240272 bytes of shared memory per block (value#0 240000 B, "
-        "reduction slots 256 B, 16-byte alignment), more than the 232448 bytes of sm_90")
-    assert (error.span.file, error.span.line) == ("wide.tile", 2)
+        return PtxBackend(Options(arch)).run(module)
+
+
+def wide_softmax(n: int) -> str:
+    """A float32 softmax over rows of ``n`` elements: the row of exponentials is kept in
+    shared memory (4*n bytes), and the max and the sum reduce through two static slots of 32
+    floats (256 bytes)."""
+    return (f"func wide(x: Tensor<f32>[rows, {n}]) -> Tensor<f32>[rows, {n}] {{\n"
+            "  return softmax(x);\n}\n")
+
+
+def test_the_kernel_level_budget_is_the_largest_arch_limit() -> None:
+    """tile-kernel knows no arch: it lets through what the largest limit holds and the
+    backend checks each arch's own."""
+    assert TARGETS["ptx"].local_bytes == max(SHARED_LIMIT.values()) == 227 * 1024
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_known_rows_the_backend_can_run_compile(arch: str) -> None:
+    """Rows that the kernel level used to refuse (48 KiB, every input, output and value
+    double-buffered or staged), while the backend reads inputs and writes outputs in global
+    memory and keeps element-wise values in registers: RMSNorm over 8192 bfloat16 (344112
+    bytes then) needs no shared memory but its reduction slot, and a 30000-float softmax
+    (720000 bytes then) one row of 120000 bytes."""
+    rmsnorm = compile_text((OPS / "rmsnorm_templated.tile").read_text(), arch,
+                           {"hidden": 8192})
+    softmax = compile_text(wide_softmax(30000), arch)
+    for kernels in (rmsnorm, softmax):
+        assert kernels.cubin[:4] == b"\x7fELF"
+        assert all(r.spill_stores == r.spill_loads == 0 for r in kernels.reports())
+    assert all(k.buffers == () for k in rmsnorm.kernels)
+    (kernel,) = softmax.kernels
+    assert [(b.name, b.bytes.value) for b in kernel.buffers] == [("value#0", 120000)]
+
+
+def test_a_row_up_to_the_opt_in_limit_compiles_for_sm_90_only() -> None:
+    """50000 floats: 200272 bytes of shared memory, within sm_90's 227 KiB (the kernel
+    level lets it through) and beyond sm_80's 163 KiB: the backend's diagnostic names the
+    kernel, its buffers and the numbers, at the source line of the softmax."""
+    kernels = compile_text(wide_softmax(50000), "sm_90")
+    assert kernels.cubin[:4] == b"\x7fELF"
+    with pytest.raises(TilecError) as caught:
+        compile_text(wide_softmax(50000), "sm_80")
+    assert caught.value.message == (
+        "kernel 'wide__k0' needs 200272 bytes of shared memory per block (value#0 200000 B, "
+        "reduction slots 256 B, 16-byte alignment), more than the 166912 bytes of sm_80")
+    assert (caught.value.span.file, caught.value.span.line) == ("wide.tile", 2)
+
+
+def test_a_row_beyond_every_arch_is_a_kernel_level_diagnostic() -> None:
+    """60000 floats: the softmax row alone (240000 bytes) exceeds the largest limit, so
+    tile-kernel refuses it before any lowering, naming the buffer."""
+    with pytest.raises(TilecError) as caught:
+        compile_text(wide_softmax(60000), "sm_90")
+    assert caught.value.message == (
+        "kernel 'wide__k0' needs 240000 bytes of local memory for one row, more than the "
+        "232448 bytes of ptx (softmax#0 240000 B x1)")
+    assert (caught.value.span.file, caught.value.span.line) == ("wide.tile", 2)
+
+
+def test_libdevice_code_two_functions_share_is_linked_once() -> None:
+    """sinf and cosf both use libdevice's table for large arguments: each is linked from a
+    module of its own (cached per process), and the table appears once in the PTX."""
+    kernels = compile_text("func f(x: Tensor<f32>[n]) -> Tensor<f32>[n] {\n"
+                           "  return sin(x) + cos(x);\n}\n", "sm_90")
+    assert len(re.findall(r"^\.global .*__cudart_i2opi_f\w*\[24\]", kernels.ptx, re.M)) == 1
+    assert kernels.cubin[:4] == b"\x7fELF"
+
+
+HINTED = """func scale(x: Tensor<f16>[n, m], w: Tensor<f32>[m]) -> Tensor<f16>[n, m] {{
+  {pragma}
+  return cast(cast(x, f32) * w, f16);
+}}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_an_l2_hint_loads_through_an_evict_last_policy(arch: str) -> None:
+    """``cache_hint(w, L2)``: one evict-last policy per kernel, and w's loads (two 128-bit
+    vectors per 8 elements in the aligned path, one float in each tail) take it; every
+    other load is as in the kernel without the hint.  ptxas accepts it, without spills."""
+    hinted = compile_text(HINTED.format(pragma="#pragma cache_hint(w, L2)"), arch)
+    plain = compile_text(HINTED.format(pragma=""), arch)
+    assert hinted.cubin[:4] == b"\x7fELF"
+    assert all(r.spill_stores == r.spill_loads == 0 for r in hinted.reports())
+    assert hinted.ptx.count("createpolicy.fractional.L2::evict_last.b64") == 1
+
+    def loads(ptx: str, qualifier: str = "") -> Counter[str]:
+        return Counter(re.findall(rf"ld\.global\.nc{qualifier}\.(b16|b32|v4\.b32)\s", ptx))
+    through_policy = loads(hinted.ptx, r"\.L2::cache_hint")
+    assert through_policy == {"b32": 2, "v4.b32": 2}
+    assert loads(plain.ptx) == loads(hinted.ptx) + through_policy
+    assert "cache_hint" not in plain.ptx
 
 
 def test_an_unknown_arch_is_an_error() -> None:

@@ -14,9 +14,11 @@ kernel's grid (see :mod:`tilec.tiling.rows`):
       %9 = "tile.store_row"(%8) {axes = array<i64: 0, 1>, space = "local", depth = 1}
       return %9
 
-Per target description (option ``target=cpu|ascend|ptx``): every row buffer's memory space,
-the queue depth (2 = double buffering where the target overlaps copies with compute), the
-bytes one row needs (a dimension polynomial, padded to the target's alignment per buffer) and
+Per target description (option ``target=cpu|ascend|ptx``): every row buffer's memory space
+(``local``; ``global`` for an input or output row the target reads or writes where it is,
+``register`` for a value it keeps in registers), the queue depth (2 = double buffering where
+the target overlaps copies with compute), the bytes of local memory one row needs (a dimension
+polynomial, padded to the target's alignment per buffer) and
 ``tile_rows``, the rows per tile: fixed when the row size is known at compile time, else 0
 (chosen at run time from ``local_bytes``).  A row that cannot fit the local memory at all is a
 located error naming the function, its buffers and the numbers.
@@ -33,6 +35,7 @@ from ..mlir import func, ir
 from ..pipeline import PassContext, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
+from .tile_cache_hint import INPUT_HINTS_ATTR
 
 FUSED_ATTR = "tile.fused"
 KERNEL_ATTR = "tile.kernel"
@@ -104,6 +107,17 @@ def _bytes_of(info: TensorInfo, align: int) -> Dim:
     return nbytes
 
 
+def _hint_levels(fn: Any) -> dict[int, str]:
+    """Argument number -> the level of its ``cache_hint``, for the hinted inputs of a group."""
+    if FUSED_ATTR not in fn.attributes:
+        return {}
+    fused = ir.DictAttr(fn.attributes[FUSED_ATTR])
+    if INPUT_HINTS_ATTR not in fused:
+        return {}
+    hints = [ir.DictAttr(h) for h in fused[INPUT_HINTS_ATTR]]
+    return {i: ir.StringAttr(h["level"]).value for i, h in enumerate(hints) if "level" in h}
+
+
 def _erase_dead(block: Any) -> None:
     """Drop ops whose results nothing reads (at -O0 nothing else has): a dead value has no
     place in a row plan.  Users go first, so no op is erased while it still has uses."""
@@ -119,6 +133,7 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
     ret = list(block.operations)[-1]
     plan = plan_rows(block, list(ret.operands))
     depth = 2 if target.double_buffer else 1
+    levels = _hint_levels(fn)
     new: dict[Any, Any] = {}
     buffers: list[tuple[str, TensorInfo, int]] = []   # (name, row type, copies)
     ops = [op for op in block.operations if op.operation.name != "func.return"]
@@ -127,12 +142,16 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
             if tensor_info(arg.type).shape == () or not list(arg.uses):
                 new[arg] = arg
                 continue
+            reused = levels.get(i) in target.resident_levels and NONE in plan.axes(arg)
+            staged = target.staged_io or reused
             load = ir.Operation.create(
                 "tile.load_row", results=[plan.row_type(arg)], operands=[arg],
                 attributes={"axes": ir.DenseI64ArrayAttr.get(list(plan.axes(arg))),
-                            "space": ir.StringAttr.get("local"), "depth": _i64(depth)})
+                            "space": ir.StringAttr.get("local" if staged else "global"),
+                            "depth": _i64(depth)})
             new[arg] = load.result
-            buffers.append((_arg_name(fn, i), tensor_info(load.result.type), depth))
+            if staged:
+                buffers.append((_arg_name(fn, i), tensor_info(load.result.type), depth))
         for op in ops:
             res = op.results[0] if op.results else None
             results = [plan.row_type(res)] if res is not None else []
@@ -141,7 +160,8 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                 attributes=_row_attrs(op, plan), loc=op.location)
             if res is not None:
                 row = tensor_info(clone.result.type)
-                space = "register" if row.shape == () else "local"
+                staged = target.staged_ops is None or op.operation.name in target.staged_ops
+                space = "local" if staged and row.shape != () else "register"
                 clone.attributes["tile.space"] = ir.StringAttr.get(space)
                 new[res] = clone.result
                 if space == "local":
@@ -156,9 +176,11 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
             store = ir.Operation.create(
                 "tile.store_row", results=[v.type], operands=[new[v]],
                 attributes={"axes": ir.DenseI64ArrayAttr.get(list(axes)),
-                            "space": ir.StringAttr.get("local"), "depth": _i64(depth)},
+                            "space": ir.StringAttr.get("local" if target.staged_io else "global"),
+                            "depth": _i64(depth)},
                 loc=ret.location)
-            buffers.append((f"out{k}", tensor_info(new[v].type), depth))
+            if target.staged_io:
+                buffers.append((f"out{k}", tensor_info(new[v].type), depth))
             outs.append(store.result)
         ir.Operation.create("func.return", operands=outs, loc=ret.location)
     ret.erase()

@@ -6,6 +6,7 @@ backends share one kernel-level IR and differ in the description they pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,11 @@ class TargetDesc:
     alignment: int           # bytes every local row buffer is padded to
     double_buffer: bool      # copy-in/out overlap compute (queue depth 2)
     max_tile_rows: int = 64
+    staged_io: bool = True   # input and output rows are copied through local memory
+    staged_ops: Optional[frozenset[str]] = None   # ops whose row results use it (None: all)
+    # without staged_io: the cache_hint levels at which an input row that the next rows reuse
+    # is kept in local memory all the same
+    resident_levels: frozenset[str] = frozenset()
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -26,9 +32,16 @@ TARGETS: dict[str, TargetDesc] = {
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
                          alignment=32, double_buffer=True),
-    # NVIDIA sm_90: 48 KiB static shared memory per block without opt-in; 16-byte vectors.
-    "ptx": TargetDesc("ptx", cores=132, vector_bytes=16, local_bytes=48 * 1024, alignment=16,
-                      double_buffer=True),
+    # NVIDIA GPUs as the PTX backend runs a row: the threads of a block read its input rows and
+    # write its output rows in global memory (no copies, no double buffering); element-wise and
+    # data-movement values stay in registers; dynamic shared memory holds what needs memory
+    # (the rows of reductions that keep dimensions, softmax, matmul) and a cache_hinted input
+    # row that the next rows reuse, up to the opt-in limit per block of sm_90 (227 KiB; the
+    # backend checks each arch's own after lowering, sm_80's 163 KiB included); 16-byte vectors.
+    "ptx": TargetDesc("ptx", cores=132, vector_bytes=16, local_bytes=227 * 1024, alignment=16,
+                      double_buffer=False, staged_io=False,
+                      staged_ops=frozenset({"tile.reduce", "tile.softmax", "tile.matmul"}),
+                      resident_levels=frozenset({"L1", "SHARED", "UB"})),
 }
 TARGETS["ascend-sim"] = TARGETS["ascend"]
 

@@ -28,6 +28,10 @@ loads and stores when every address is aligned at run time, the tail element by 
 other row element by element.  Materialised values, partial reductions, matmul results and
 ``cache_hint``ed rows (level L1, SHARED or UB) live in dynamic shared memory, carved per
 kernel into 16-byte aligned buffers; a barrier follows each write phase and ends each row.
+Every load of an input hinted at level L2 goes through an L2 evict-last cache policy made
+once per kernel (``createpolicy.fractional.L2::evict_last``, then
+``ld.global[.nc].L2::cache_hint``, inline PTX: the NVPTX backend has no such load), so that
+what the grid re-reads stays in L2 while the streamed tensors pass through it.
 Math goes to libdevice through the ``math`` dialect (``math.exp`` -> ``__nv_expf``,
 ``math.erf`` -> ``__nv_erff``, ...); sigmoid, silu and the gelus are composed from those.
 """
@@ -44,7 +48,7 @@ from ...mlir import gpu, ir, llvm
 from ...mlir import math as mmath
 from ...mlir import scf
 from ..common.rows import (ELEMENT_BYTES, SCRATCH, STORAGE, RowLowering, UnaryTable, apply,
-                           grid_dim, grid_point, ints, kernel_target, narrow, next_grid_point,
+                           grid_dim, grid_point, kernel_target, narrow, next_grid_point,
                            reduced_sizes, round_to, shape_of, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
@@ -54,7 +58,8 @@ MODULE = "tilec_kernels"
 SHARED_SYMBOL = "__tilec_shared"
 WARP = 32
 VECTOR_BYTES = 16
-HINT_LEVELS = ("L1", "SHARED", "UB")     # staged in shared memory; L2 has no staging here
+EVICT_LAST_LEVEL = "L2"                  # read with an L2 evict-last policy
+EVICT_LAST_POLICY = "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;"
 
 
 def _ptr(space: int) -> ir.Type:
@@ -181,6 +186,10 @@ class _Lowering(RowLowering):
             else None
         self.hints = [ir.DictAttr(h) for h in fused["tile.cache_hints"]] \
             if fused is not None and "tile.cache_hints" in fused else []
+        self.evict_last = frozenset(number for number, hint in enumerate(self.hints)
+                                    if "level" in hint and
+                                    ir.StringAttr(hint["level"]).value == EVICT_LAST_LEVEL)
+        self.policy: Optional[ir.Value] = None
 
     # -- frame ---------------------------------------------------------------------------------
     def build(self, module_body: ir.Block) -> GpuKernel:
@@ -279,20 +288,14 @@ class _Lowering(RowLowering):
             scf.YieldOp([c.value for c in advanced + self.next_keys])
 
     def _staged_hints(self) -> list[int]:
-        """Argument numbers of the inputs whose rows are kept in shared memory: a hint at a
-        shared level on an input that some grid dimension does not move (so consecutive rows
-        of a block can reuse it)."""
+        """Argument numbers of the inputs whose rows tile-kernel put in local memory (a
+        ``cache_hint`` at a resident level on a row that the next rows of a block reuse)."""
         block = self.fn.regions[0].blocks[0]
         staged = []
         for op in block.operations:
-            if op.operation.name != "tile.load_row":
-                continue
-            number = ir.BlockArgument(op.operands[0]).arg_number
-            hint = self.hints[number] if number < len(self.hints) else None
-            if hint is None or "level" not in hint:
-                continue
-            if ir.StringAttr(hint["level"]).value in HINT_LEVELS and -1 in ints(
-                    op.attributes["axes"]):
+            if op.operation.name == "tile.load_row" and \
+                    ir.StringAttr(op.attributes["space"]).value == "local":
+                number = ir.BlockArgument(op.operands[0]).arg_number
                 self.staged[number] = len(staged)
                 staged.append(number)
         return staged
@@ -338,7 +341,7 @@ class _Lowering(RowLowering):
             value = x.value
         elif isinstance(x, View):
             pointer = _gep(x.buffer, self.address(x, ivs), STORAGE[x.storage]())
-            value = widen(Num(llvm.load(STORAGE[x.storage](), pointer)), x.storage)
+            value = widen(Num(self._load(x, pointer, 1)), x.storage)
         elif isinstance(x, Map):
             args = [self.load(v, ivs if v.sizes else [], memo) for v in x.operands]
             value = self.apply(x.op, args, x.dtype, x.operands[0].dtype)
@@ -346,6 +349,55 @@ class _Lowering(RowLowering):
             raise AssertionError("a concatenation is written to memory, never read lazily")
         memo[key] = value
         return value
+
+    def _load(self, view: View, pointer: ir.Value, lanes: int) -> ir.Value:
+        """``lanes`` elements of ``view`` at ``pointer`` (a vector when more than one, aligned
+        to 16 bytes or to its size); through the L2 evict-last policy when ``view`` reads an
+        input hinted at level L2."""
+        if any(view.buffer == self.arg_buffers[n] for n in self.evict_last):
+            return self._evict_last_load(pointer, view.storage, lanes)
+        element = STORAGE[view.storage]()
+        if lanes == 1:
+            return llvm.load(element, pointer)
+        return llvm.load(ir.VectorType.get([lanes], element), pointer,
+                         alignment=min(VECTOR_BYTES, lanes * ELEMENT_BYTES[view.storage]))
+
+    def _evict_last_load(self, pointer: ir.Value, storage: str, lanes: int) -> ir.Value:
+        """:meth:`_load` through the evict-last policy: one ``b16`` or ``b32`` element, or
+        a ``v4.b32`` per 16 bytes of a vector."""
+        element = STORAGE[storage]()
+        nbytes = lanes * ELEMENT_BYTES[storage]
+        if lanes == 1:
+            bits = 8 * nbytes
+            loaded = self._evict_last_asm(ir.IntegerType.get_signless(bits), pointer,
+                                          f"b{bits} $0", "=h" if bits == 16 else "=r")
+            return llvm.bitcast(element, loaded)
+        words = []
+        four = ir.Type.parse("!llvm.struct<(i32, i32, i32, i32)>")
+        for chunk in range(nbytes // VECTOR_BYTES):
+            address = _gep(pointer, const(index(), chunk * VECTOR_BYTES),
+                           ir.IntegerType.get_signless(8))
+            loaded = self._evict_last_asm(four, address, "v4.b32 {$0, $1, $2, $3}",
+                                          "=r,=r,=r,=r")
+            words += [llvm.extractvalue(i32(), loaded, [k]) for k in range(4)]
+        vector = llvm.mlir_poison(ir.VectorType.get([len(words)], i32()))
+        for k, word in enumerate(words):
+            vector = llvm.insertelement(vector, word, const(i32(), k).value)
+        return llvm.bitcast(ir.VectorType.get([lanes], element), vector)
+
+    def _evict_last_asm(self, result: ir.Type, pointer: ir.Value, destination: str,
+                        constraints: str) -> ir.Value:
+        """``ld.global.L2::cache_hint.<destination>, [pointer], policy`` (``.nc`` unless an
+        output may take an input's buffer; then it also keeps its place among the stores)."""
+        if self.policy is None:
+            with self.entry:
+                self.policy = llvm.inline_asm(i64(), [], EVICT_LAST_POLICY, "=l")
+        in_place = self._in_place()
+        operands = len(constraints.split(","))
+        load = "ld.global" + ("" if in_place else ".nc") + ".L2::cache_hint"
+        return llvm.inline_asm(result, [pointer, self.policy],
+                               f"{load}.{destination}, [${operands}], ${operands + 1};",
+                               f"{constraints},l,l", has_side_effects=in_place)
 
     def store(self, value: Num, dest: View, ivs: Sequence[Num]) -> None:
         pointer = _gep(dest.buffer, self.address(dest, ivs), STORAGE[dest.storage]())
@@ -429,11 +481,8 @@ class _Lowering(RowLowering):
         elif isinstance(x, View) and x.strides[plan.axis] == ZERO:
             out = [self.load(x, ivs, {})] * plan.lanes
         elif isinstance(x, View):
-            element = STORAGE[x.storage]()
-            vector = ir.VectorType.get([plan.lanes], element)
-            pointer = _gep(x.buffer, self.address(x, ivs), element)
-            align = min(VECTOR_BYTES, plan.lanes * ELEMENT_BYTES[x.storage])
-            loaded = llvm.load(vector, pointer, alignment=align)
+            pointer = _gep(x.buffer, self.address(x, ivs), STORAGE[x.storage]())
+            loaded = self._load(x, pointer, plan.lanes)
             out = [widen(Num(llvm.extractelement(loaded, const(i32(), j).value)), x.storage)
                    for j in range(plan.lanes)]
         else:

@@ -2,9 +2,13 @@
 
 In: a module holding ``gpu.module @tilec_kernels`` (:mod:`.kernel`).  Out, stage by stage:
 the NVVM-dialect module (``gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm, ...)``), LLVM IR
-(the gpu.module translated, libdevice linked, every symbol but the kernels internalised, then
-O3 with llvmlite's NVPTX target), PTX text, and a cubin assembled by ``ptxas`` with its
-``-v`` report.
+(the gpu.module translated, the libdevice functions it calls linked, every symbol but the
+kernels internalised, then O3 with llvmlite's NVPTX target), PTX text, and a cubin assembled
+by ``ptxas`` with its ``-v`` report.
+
+Kept for the life of the process, so that each compile does only its own work: LLVM's NVPTX
+target (initialised once), the bytes of libdevice, and per libdevice function, arch pair that
+function extracted from libdevice as bitcode.
 
 The tools come from the ``nvidia-nvvm`` (libdevice) and ``nvidia-cuda-nvcc`` (ptxas) wheels
 pinned in pyproject.toml, found through importlib, never through PATH.  PTX ``.version``:
@@ -16,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,10 +34,13 @@ from ..common.llvm_text import to_llvm22_text
 TRIPLE = "nvptx64-nvidia-cuda"
 PTX_FEATURES = "+ptx80"
 ARCHES = ("sm_80", "sm_90", "sm_90a")
+LIBDEVICE_PREFIX = "__nv_"
 # Dynamic shared memory one block may use (the opt-in maximum): 163 KiB on sm_80, 227 on sm_90.
 SHARED_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024, "sm_90a": 227 * 1024}
+# Simplify once, before the lowering: after it LLVM's O3 does the same work (the PTX of every
+# shared example and corpus program is the same without a second canonicalize,cse there).
 NVVM_LOWERING = ("builtin.module(gpu.module(canonicalize,cse,convert-scf-to-cf,"
-                 "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
+                 "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
                  "reconcile-unrealized-casts))")
 
 
@@ -82,6 +88,26 @@ def _libdevice_bitcode() -> bytes:
     return libdevice_path().read_bytes()
 
 
+@lru_cache(maxsize=None)
+def _libdevice_function(name: str, arch: str) -> bytes:
+    """The bitcode of libdevice's function ``name`` and what it uses, nothing else: made
+    once per process, name and arch, so that a compile links a few hundred lines of IR
+    instead of parsing, linking and optimising all of libdevice (352 functions).  What
+    ``name`` uses is ``linkonce_odr``, so that the copies two such modules share (``fabsf``,
+    the table of ``sinf`` and ``cosf``) merge when both are linked."""
+    library = llvm.parse_bitcode(_libdevice_bitcode())
+    for value in [*library.functions, *library.global_variables]:
+        if not value.is_declaration and value.name != name:
+            value.linkage = llvm.Linkage.linkonce_odr
+    tm = target_machine(arch)
+    library.triple = TRIPLE
+    library.data_layout = str(tm.target_data)
+    passes = llvm.create_new_module_pass_manager()
+    passes.add_global_dead_code_eliminate_pass()
+    passes.run(library, llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(0)))
+    return library.as_bitcode()
+
+
 def target_machine(arch: str) -> llvm.TargetMachine:
     _initialised()
     target = llvm.Target.from_triple(TRIPLE)
@@ -89,20 +115,20 @@ def target_machine(arch: str) -> llvm.TargetMachine:
 
 
 def to_llvm(module: ir.Module, arch: str, kernels: Sequence[str]) -> llvm.ModuleRef:
-    """The NVVM-dialect ``module`` translated to LLVM IR, libdevice linked, all but
-    ``kernels`` internalised (so that unused libdevice functions go), optimised at O3."""
+    """The NVVM-dialect ``module`` translated to LLVM IR, the libdevice functions it calls
+    linked, all but ``kernels`` internalised (so that what O3 inlines goes), optimised at O3."""
     tm = target_machine(arch)
     text = to_llvm22_text(translate_module_to_llvmir(_gpu_module(module)))
     mod = llvm.parse_assembly(text)
     mod.triple = TRIPLE
     mod.data_layout = str(tm.target_data)
-    libdevice = llvm.parse_bitcode(_libdevice_bitcode())
-    libdevice.triple = TRIPLE
-    libdevice.data_layout = mod.data_layout
-    mod.link_in(libdevice)
-    for fn in mod.functions:
-        if not fn.is_declaration and fn.name not in kernels:
-            fn.linkage = llvm.Linkage.internal
+    called = [fn.name for fn in mod.functions
+              if fn.is_declaration and fn.name.startswith(LIBDEVICE_PREFIX)]
+    for name in called:
+        mod.link_in(llvm.parse_bitcode(_libdevice_function(name, arch)))
+    for value in [*mod.functions, *mod.global_variables]:
+        if not value.is_declaration and value.name not in kernels:
+            value.linkage = llvm.Linkage.internal
     mod.verify()
     builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
     builder.getModulePassManager().run(mod, builder)
@@ -147,16 +173,13 @@ def parse_report(text: str) -> list[KernelReport]:
 
 def assemble(ptx: str, arch: str) -> tuple[bytes, str]:
     """The cubin of ``ptx`` for ``arch`` and ptxas's ``-v`` report; TilecError if ptxas
-    rejects it."""
-    with tempfile.TemporaryDirectory(prefix="tilec-ptxas-") as tmp:
-        source, cubin = Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
-        source.write_text(ptx)
-        args = [str(ptxas_path()), "-v", f"-arch={arch}", "-O3", str(source), "-o", str(cubin)]
-        try:
-            done = subprocess.run(args, capture_output=True, text=True)
-        except OSError as e:
-            raise TilecError(f"cannot run ptxas ({args[0]}): {e.strerror or e}") from None
-        if done.returncode != 0:
-            raise TilecError(f"ptxas rejected the PTX for {arch}:\n"
-                             + (done.stderr or done.stdout).strip())
-        return cubin.read_bytes(), (done.stderr + done.stdout).strip()
+    rejects it.  The PTX goes in and the cubin comes out through pipes (no files)."""
+    args = [str(ptxas_path()), "-v", f"-arch={arch}", "-O3", "/dev/stdin", "-o", "/dev/stdout"]
+    try:
+        done = subprocess.run(args, input=ptx.encode(), capture_output=True)
+    except OSError as e:
+        raise TilecError(f"cannot run ptxas ({args[0]}): {e.strerror or e}") from None
+    report = done.stderr.decode(errors="replace").strip()
+    if done.returncode != 0:
+        raise TilecError(f"ptxas rejected the PTX for {arch}:\n{report}")
+    return done.stdout, report
