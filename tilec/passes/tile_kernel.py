@@ -264,6 +264,24 @@ def outline(fn: Any) -> list[Any]:
     return kernels
 
 
+def _drop_unapplied_hints(module: ir.Module, pc: PassContext) -> None:
+    """``tile.hint`` ops left because tile-cache-hint did not run (as at -O0): each one is a
+    warning, since a hint is never dropped silently, and is removed."""
+    hints: list[ir.Operation] = []
+
+    def collect(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "tile.hint":
+            hints.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for hint in hints:
+        name, level = (ir.StringAttr(hint.attributes[a]).value for a in ("name", "level"))
+        pc.sink.warn(f"cache_hint({name}, {level}) is not applied: the tile-cache-hint pass did "
+                     "not run (it runs at -O1 and above)", span_of(hint.location))
+        hint.erase()
+
+
 @register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target")
 def tile_kernel(module: ir.Module, pc: PassContext) -> None:
     """Outline each fused group into a kernel function and kernelize it (module docstring).
@@ -272,6 +290,7 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
     if target_name not in TARGETS:
         raise TilecError(f"tile-kernel: unknown target '{target_name}'")
     every = pc.options.get("all") == "true"
+    _drop_unapplied_hints(module, pc)
     for fn in list(module.body.operations):
         if fn.operation.name != "func.func" or KERNEL_ATTR in fn.attributes:
             continue
