@@ -25,6 +25,7 @@ import numpy as np
 from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, DISPATCH_ATTR,
                        TensorInfo, tensor_info)
 from ..dialect.locations import span_of
+from ..dialect.walk import nested_ops
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
 from ..mlir import ir
@@ -599,18 +600,9 @@ FLOAT_TYPES = ("float16", "bfloat16", "float32")
 
 
 def _casts_float_to_int(module: ir.Module) -> bool:
-    found = False
-
-    def visit(op: Any) -> ir.WalkResult:
-        nonlocal found
-        if op.name == "tile.cast" and tensor_info(op.results[0].type).dtype == "int32" \
-                and tensor_info(op.operands[0].type).dtype in FLOAT_TYPES:
-            found = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    return any(tensor_info(op.results[0].type).dtype == "int32"
+               and tensor_info(op.operands[0].type).dtype in FLOAT_TYPES
+               for op in nested_ops(module.operation, "tile.cast"))
 
 
 def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[str, Any],

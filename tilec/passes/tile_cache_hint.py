@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ..diagnostics import TilecError
 from ..dialect import tensor_info
 from ..dialect.locations import span_of
+from ..dialect.walk import nested_ops
 from ..dims import ELLIPSIS, Dim, Shape, parse_dim
 from ..mlir import ir
 from ..pipeline import PassContext, register
@@ -45,15 +46,7 @@ INPUT_HINTS_ATTR = "tile.cache_hints"
 @register("tile-cache-hint", "turn cache_hint pragmas (tile.hint) into attributes")
 def cache_hint(module: ir.Module, pc: PassContext) -> None:
     """Replace every ``tile.hint`` by attributes on its value and on the groups reading it."""
-    hints: list[ir.Operation] = []
-
-    def collect(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "tile.hint":
-            hints.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    for hint in hints:
+    for hint in nested_ops(module.operation, "tile.hint"):
         _apply(hint, pc)
         hint.erase()
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..diagnostics import TilecError
 from ..dialect.locations import span_of
+from ..dialect.walk import nested_ops
 from ..dialect.types import TensorInfo, tensor_info
 from ..dims import ELLIPSIS, Dim
 from ..mlir import func, ir
@@ -267,15 +268,7 @@ def outline(fn: Any) -> list[Any]:
 def _drop_unapplied_hints(module: ir.Module, pc: PassContext) -> None:
     """``tile.hint`` ops left because tile-cache-hint did not run (as at -O0): each one is a
     warning, since a hint is never dropped silently, and is removed."""
-    hints: list[ir.Operation] = []
-
-    def collect(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "tile.hint":
-            hints.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    for hint in hints:
+    for hint in nested_ops(module.operation, "tile.hint"):
         name, level = (ir.StringAttr(hint.attributes[a]).value for a in ("name", "level"))
         pc.sink.warn(f"cache_hint({name}, {level}) is not applied: the tile-cache-hint pass did "
                      "not run (it runs at -O1 and above)", span_of(hint.location))

@@ -18,6 +18,7 @@ from ..diagnostics import TilecError
 from ..dialect import (BINDING_ATTR, DISPATCH_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR,
                        VARIANT_OF_ATTR, tensor_info)
 from ..dialect.locations import span_of
+from ..dialect.walk import nested_ops
 from ..dims import Dim, parse_dim
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
@@ -113,18 +114,6 @@ def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool) -> ir.DictA
                             "variants": ir.ArrayAttr.get(entries)})
 
 
-def _nested_ops(root: ir.Operation) -> list[ir.Operation]:
-    """``root`` and every op inside it (collected first: errors cannot cross a walk)."""
-    found: list[ir.Operation] = []
-
-    def collect(op: ir.Operation) -> ir.WalkResult:
-        found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(collect)
-    return found
-
-
 class _Folder:
     """Substitutes one binding into a cloned function, in place."""
 
@@ -138,7 +127,7 @@ class _Folder:
             f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 [self.type(t, f) for t in signature.inputs],
                 [self.type(t, f) for t in signature.results]))
-            for op in _nested_ops(f):
+            for op in nested_ops(f):
                 if self.op(op):
                     op.erase()
 
