@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -28,6 +28,17 @@ class Code:
 
     def __call__(self, line: str = "") -> None:
         self.lines.append("  " * self.depth + line if line else "")
+
+    @contextmanager
+    def loops(self, bounds: Sequence[tuple[str, object, object]]) -> Iterator[None]:
+        """``for`` loops nested in the order given, one per ``(variable, start, stop)``."""
+        for var, start, stop in bounds:
+            self(f"for (int64_t {var} = {start}; {var} < {stop}; ++{var}) {{")
+            self.depth += 1
+        yield
+        for _ in bounds:
+            self.depth -= 1
+            self("}")
 
     @contextmanager
     def block(self, head: str, tail: str = "}") -> Iterator[None]:

@@ -355,36 +355,19 @@ class Stream:
     def loops(self, code: Code, domain: Domain, axes: Sequence[int], index: list[str]
               ) -> Iterator[None]:
         """Scalar loops over ``axes`` of ``domain``; their variables go into ``index``."""
-        opened = 0
-        try:
-            for a in axes:
-                axis = domain.axes[a]
-                var = self.fresh("i")
-                index[a] = var
-                code(f"for (int64_t {var} = {axis.start}; {var} < {axis.stop}; ++{var}) {{")
-                code.depth += 1
-                opened += 1
+        bounds = []
+        for a in axes:
+            index[a] = self.fresh("i")
+            bounds.append((index[a], domain.axes[a].start, domain.axes[a].stop))
+        with code.loops(bounds):
             yield
-        finally:
-            for _ in range(opened):
-                code.depth -= 1
-                code("}")
 
     @contextmanager
     def scalar_loops(self, code: Code, sizes: Sequence[Dim], index: list[str]
                      ) -> Iterator[None]:
         """Loops over ``sizes`` with the variables named in ``index``."""
-        opened = 0
-        try:
-            for var, size in zip(index, sizes):
-                code(f"for (int64_t {var} = 0; {var} < {cxx.dim(size)}; ++{var}) {{")
-                code.depth += 1
-                opened += 1
+        with code.loops([(var, 0, cxx.dim(size)) for var, size in zip(index, sizes)]):
             yield
-        finally:
-            for _ in range(opened):
-                code.depth -= 1
-                code("}")
 
     @contextmanager
     def chunks(self, code: Code, domain: Domain, index: list[str], pitched: bool = False,
