@@ -132,8 +132,8 @@ BUILTINS: dict[str, Case] = {
     **{f"unary16_{op}": Case("x: Tensor<f16>[m, n]", "Tensor<f16>[m, n]", f"return {op}(x);",
                              xs(np.float16))
        for op in ("exp", "log", "tanh", "gelu", "sin", "rsqrt")},
-    "unary_bf16_silu": Case("x: Tensor<bf16>[m, n]", "Tensor<bf16>[m, n]", "return silu(x);",
-                            xs(BF16)),
+    **{f"unary_bf16_{op}": Case("x: Tensor<bf16>[m, n]", "Tensor<bf16>[m, n]",
+                                f"return {op}(x);", xs(BF16)) for op in ("silu", "gelu")},
     **{f"binary_{op}": Case(f"{MN}, y: Tensor<f32>[n]", F32, f"return {e};",
                             x_and(lambda m, n: (n,)))
        for op, e in BINARY.items()},
@@ -244,6 +244,31 @@ def test_special_values(builtins):
         check(builtins, f"unary_{op}", x)
 
 
+def softmax_rows(n: int = 100) -> np.ndarray:
+    """Rows that make the reference's softmax all NaN (a NaN first, inside, last; an inf; all
+    -inf; all NaN), rows it handles (some -inf, the largest floats), and an ordinary one."""
+    rows = np.tile(rand(n), (10, 1)).astype(np.float32)
+    rows[0, 0] = rows[1, n // 2] = rows[2, n - 1] = np.nan
+    rows[3, 40] = np.inf
+    rows[4] = -np.inf
+    rows[5] = np.nan
+    rows[6, ::3] = -np.inf
+    rows[7] = 3.4e38
+    rows[8, ::2] = -3.4e38
+    return rows
+
+
+def test_softmax_special_values(builtins):
+    """NaN and inf through each way softmax is lowered: into the float32 output row (last
+    axis), along a column (first axis), and through float16 scratch (middle axis)."""
+    rows = softmax_rows()
+    got = check(builtins, "softmax_last", rows)[0]
+    assert np.isnan(got[:6]).all() and not np.isnan(got[6:]).any()
+    check(builtins, "softmax_first", rows.T.copy())
+    with np.errstate(over="ignore"):     # the largest floats become inf in float16
+        check(builtins, "softmax_middle", rows.T[None].astype(np.float16))
+
+
 def test_signatures(builtins):
     sig = builtins.signature("scalars")
     assert sig.c_symbol == "_mlir_ciface_scalars"
@@ -258,7 +283,7 @@ def test_signatures(builtins):
 # Every function the lowered kernels declare, before LLVM optimises them: intrinsics, which must
 # read the same in the bindings' LLVM and llvmlite's, and the scratch allocator (no libm).
 EMITTED = {"free", "malloc", "llvm.fabs.f32", "llvm.floor.f32", "llvm.maximum.f32",
-           "llvm.minimum.f32", "llvm.roundeven.f32", "llvm.roundeven.f64", "llvm.smax.i32",
+           "llvm.maxnum.f32", "llvm.minimum.f32", "llvm.roundeven.f64", "llvm.smax.i32",
            "llvm.smin.i32", "llvm.sqrt.f32"}
 
 

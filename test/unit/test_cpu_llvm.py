@@ -1,7 +1,9 @@
 """LLVM IR crossing from the MLIR bindings (LLVM 24) to llvmlite (LLVM 22): the newer
-printer's floating-point literals rewritten for the older parser (tilec.codegen.cpu.llvm)."""
+printer's floating-point literals rewritten for the older parser (tilec.codegen.cpu.llvm);
+the vector width each ``--arch`` compiles a loop for."""
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import pytest
 
 from tilec.codegen.cpu.llvm import Machine, optimise, to_llvm22_text
@@ -69,3 +71,39 @@ def test_unknown_arch():
 def test_native_arch_compiles_for_the_host():
     module, machine = optimise(SMALL_FUNCTION, Machine("native"), ["f"])
     assert machine.emit_object(module)
+
+
+SCALE_LOOP = """define void @scale(ptr noalias %x, ptr noalias %y, i64 %n) {
+entry:
+  %empty = icmp sle i64 %n, 0
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %from = getelementptr float, ptr %x, i64 %i
+  %v = load float, ptr %from, align 4
+  %w = fmul float %v, 2.000000e+00
+  %to = getelementptr float, ptr %y, i64 %i
+  store float %w, ptr %to, align 4
+  %next = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}
+"""
+
+
+def _assembly(arch: str) -> str:
+    module, machine = optimise(SCALE_LOOP, Machine(arch), ["scale"])
+    return machine.emit_assembly(module)
+
+
+def test_default_arch_vectorises_with_avx2():
+    assembly = _assembly("x86-64-v3")
+    assert "ymm" in assembly and "zmm" not in assembly
+
+
+@pytest.mark.skipif("+avx512f" not in llvm.get_host_cpu_features().flatten().split(","),
+                    reason="the host has no AVX-512 (avx512f)")
+def test_native_arch_vectorises_512_bits_wide_on_an_avx512_host():
+    assert "zmm" in _assembly("native")

@@ -15,15 +15,16 @@ the values of the kernel's ``tile.kernel.symbols`` in order, then, for a rank-ge
 
 How a row is computed: every tile value becomes a lazy value (:mod:`..common.rows`); nothing
 is computed until a value must be in memory.  A ``store_row`` evaluates its value's whole tree in
-one loop nest writing the output row; reductions, softmax and matmul read their operands
-lazily and leave their result in a float32 (int32) scratch buffer or, for one element, in a
-register.  A value is also written to scratch when it is read more than once (two consumers,
-or a consumer that reads it twice: var, softmax, the right side of a matmul with rows) AND
-it contains a transcendental op; cheap values are recomputed.  Scratch buffers are allocated
-once per call before the row loop and reused by every row.  Arithmetic is float32 (int32);
-float16/bfloat16 are widened on load, narrowed on store, and rounded in registers at an
-explicit ``tile.cast``.  ``tile.check`` is the host's business (it knows the symbols before
-any kernel runs) and ``tile.hint`` has no effect here.
+one loop nest writing the output row; reductions and matmul read their operands lazily and
+leave their result in a float32 (int32) scratch buffer or, for one element, in a register;
+softmax leaves its exponentials in scratch, or in the float32 output row it is stored to, for
+that store to scale.  A value is also written to scratch when it is read more than once
+(two consumers, or a consumer that reads it twice: var, softmax, the right side of a matmul
+with rows) AND it contains a transcendental op; cheap values are recomputed.  Scratch buffers
+are allocated once per call before the row loop and reused by every row.  Arithmetic is
+float32 (int32); float16/bfloat16 are widened on load, narrowed on store, and rounded in
+registers at an explicit ``tile.cast``.  ``tile.check`` is the host's business (it knows the
+symbols before any kernel runs) and ``tile.hint`` has no effect here.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ...dims import Dim
 from ...mlir import arith, func, ir, memref, scf
 from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
                            grid_dim, grid_point, kernel_target, narrow, next_grid_point,
-                           reduced_sizes, round_to, shape_of, widen)
+                           reduced_sizes, round_to, shape_of, spread, widen)
 from ..common.scalar import Num, const, f32, fabs, i64, index, multiply_add, sqrt, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              reindex, row_major, slice_part)
@@ -58,6 +59,10 @@ class KernelSignature:
     @property
     def c_symbol(self) -> str:
         return f"_mlir_ciface_{self.name}"
+
+
+FUSED_ATTR = "tile.fused"
+REUSE_ATTR = "tile.reuse"
 
 
 def _memref(storage: str) -> ir.Type:
@@ -252,14 +257,31 @@ class _Kernel(RowLowering):
         return apply(op, args, dtype, source, _FLOAT_UNARY, mathlib.pow)
 
     def full_reduction(self, x: Lazy, axes: list[int], kind: str, keepdims: bool) -> Lazy:
+        combine, identity = _COMBINERS[kind]
+        total = self.combine_over(x, axes, combine, identity, keepdims)
+        if kind != "mean":
+            return total
+        scale = self.reciprocal_count(x.sizes, axes)
+        if isinstance(total, Splat):
+            return Splat(total.value * scale, total.sizes, x.dtype)
+        return Map("mul", (total, Splat(scale, (), x.dtype)), total.sizes, x.dtype)
+
+    def combine_over(self, x: Lazy, axes: list[int], combine: Callable[[Num, Num], Num],
+                     identity: float, keepdims: bool, copy_to: Optional[View] = None) -> Lazy:
+        """``acc = combine(acc, element)`` over ``axes`` of ``x`` from ``identity``: a Splat
+        when one element results, else a view of scratch.  With ``copy_to`` (of ``x``'s
+        shape), each element is also stored there as it is read: one pass does both."""
+        def element(ivs: list[Num]) -> Num:
+            value = self.load(x, ivs, {})
+            if copy_to is not None:
+                self.store(value, copy_to, ivs)
+            return value
+
         kept = [a for a in range(len(x.sizes)) if a not in axes]
         out_sizes = reduced_sizes(x.sizes, axes, keepdims)
-        combine, identity = _COMBINERS[kind]
         init = const(f32(), identity)
         if all(x.sizes[a] == ONE for a in kept):
-            total = self.fold(x.sizes, init, lambda ivs, acc: combine(acc, self.load(x, ivs, {})))
-            if kind == "mean":
-                total = total * self.reciprocal_count(x.sizes, axes)
+            total = self.fold(x.sizes, init, lambda ivs, acc: combine(acc, element(ivs)))
             return Splat(total, out_sizes, x.dtype)
         acc = self.scratch(tuple(x.sizes[a] for a in kept), x.dtype)
         last = kept[-1] + 1
@@ -271,15 +293,51 @@ class _Kernel(RowLowering):
             kept_ivs = [outer[a] for a in kept]
             start = self.load(acc, kept_ivs, {}) if outer_reduced else init
             total = self.fold(x.sizes[last:], start,
-                              lambda inner, a: combine(a, self.load(x, outer + inner, {})))
+                              lambda inner, a: combine(a, element(outer + inner)))
             self.store(total, acc, kept_ivs)
         source = [kept.index(a) if a in kept else None for a in range(len(x.sizes))
                   if keepdims or a not in axes]
-        result = reindex(acc, out_sizes, source)
-        if kind != "mean":
-            return result
-        scale = Splat(self.reciprocal_count(x.sizes, axes), (), x.dtype)
-        return Map("mul", (result, scale), out_sizes, x.dtype)
+        return reindex(acc, out_sizes, source)
+
+    def softmax(self, op: Any) -> Lazy:
+        """Three passes over the row: its max; ``exp(x - max)`` written out while it is
+        summed; the consumer's pass, which reads those back times ``1 / sum``.  The max
+        ignores NaN (cheaper than ``maximum``): a NaN, or an inf, in the row still makes the
+        sum, and so every result, NaN, as in the reference.  The exponentials go to the
+        output row itself when the result is only stored there as float32, so that the
+        stores' memory traffic overlaps the exponentials and the last pass stays in cache;
+        else to scratch."""
+        x = self.readable(self.lazy(op.operands[0]))
+        axis = len(x.sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
+        top = self.combine_over(x, [axis], _max_ignoring_nan, -math.inf, True)
+        shifted = Map("sub", (x, spread(top, x.sizes, [axis])), x.sizes, x.dtype)
+        exps = self.output_row(op.results[0]) or self.scratch(x.sizes, x.dtype)
+        total = self.combine_over(Map("exp", (shifted,), x.sizes, x.dtype), [axis], _sum, 0.0,
+                                  True, copy_to=exps)
+        if isinstance(total, Splat):
+            inverse = Splat(1.0 / total.value, x.sizes, x.dtype)
+            return Map("mul", (exps, inverse), x.sizes, x.dtype)
+        return Map("div", (exps, spread(total, x.sizes, [axis])), x.sizes, x.dtype)
+
+    def output_row(self, value: Any) -> Optional[View]:
+        """The float32 output row that ``value`` is stored to, if storing it there is its one
+        use and the output shares no other buffer's memory (``tile.reuse``), so that it can
+        hold partial results until the store; else None."""
+        uses = [use.owner.operation for use in value.uses]
+        if len(uses) != 1 or uses[0].name != "tile.store_row":
+            return None
+        store = uses[0]
+        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        if self.outputs[k].dtype != "float32" or self.reused(k):
+            return None
+        return self.global_row(store, self.out_buffers[k], self.outputs[k])
+
+    def reused(self, output: int) -> bool:
+        """Whether output number ``output`` takes the memory of another buffer."""
+        if FUSED_ATTR not in self.fn.attributes:
+            return False
+        fused = ir.DictAttr(self.fn.attributes[FUSED_ATTR])
+        return list(ir.DenseI64ArrayAttr(fused[REUSE_ATTR]))[output] >= 0
 
     def matmul(self, op: Any) -> Lazy:
         """``[.., M, K] @ [.., K, N]`` (or a row ``[K] @ [K, N]``) into scratch: for each
@@ -308,6 +366,12 @@ class _Kernel(RowLowering):
 def _sum(a: Num, b: Num) -> Num:
     """``a + b`` that LLVM may reassociate, so that a sum over a loop vectorises."""
     return Num(arith.addf(a.value, b.value, fastmath=arith.FastMathFlags.reassoc))
+
+
+def _max_ignoring_nan(acc: Num, x: Num) -> Num:
+    """``max(acc, x)``, NaN only when both are (``maxnumf``): cheaper on x86 than the
+    NaN-propagating ``maximumf``, and LLVM still vectorises it as a reduction."""
+    return Num(arith.maxnumf(acc.value, x.value))
 
 
 # reduction kind -> (combining step, identity); the language reduces float values only

@@ -22,6 +22,10 @@ __all__ = ["ARCHES", "Machine", "mlir_to_llvm_ir", "optimise", "to_llvm22_text"]
 
 TRIPLE = "x86_64-unknown-linux-gnu"
 ARCHES = ("x86-64-v3", "native")
+# LLVM tunes most AVX-512 CPUs to vectorise 256 bits wide (older ones lower their clock for
+# 512-bit instructions); --arch native asks for the host's full width, with which a kernel's
+# long row loops need half the instructions.
+FULL_WIDTH_VECTORS = "-prefer-256-bit"
 LOWERING = ("builtin.module(canonicalize,cse,convert-scf-to-cf,expand-strided-metadata,"
             "finalize-memref-to-llvm,convert-to-llvm,reconcile-unrealized-casts)")
 
@@ -43,7 +47,8 @@ def _initialised() -> bool:
 
 @dataclass(frozen=True)
 class Machine:
-    """The code generator's view of a CPU: ``x86-64-v3`` (AVX2, FMA, F16C) or the host."""
+    """The code generator's view of a CPU: ``x86-64-v3`` (AVX2, FMA, F16C) or the host, with
+    the widest vectors it has."""
 
     arch: str = "x86-64-v3"
 
@@ -55,7 +60,8 @@ class Machine:
     def target_machine(self) -> llvm.TargetMachine:
         _initialised()
         if self.arch == "native":
-            cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+            cpu = llvm.get_host_cpu_name()
+            features = f"{llvm.get_host_cpu_features().flatten()},{FULL_WIDTH_VECTORS}"
         else:
             cpu, features = self.arch, ""
         target = llvm.Target.from_triple(TRIPLE)

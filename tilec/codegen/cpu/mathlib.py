@@ -6,15 +6,22 @@ a ``select``), so that LLVM's loop vectorizer keeps the loop around them vectori
 would lower ``math.exp`` & co. to one libm call per element, which stops vectorisation.
 
 Each function stays within a few float32 ulp of the exact result over the whole float32 range
-(inf and NaN as NumPy has them); ``test_cpu_mathlib.py`` measures the errors:
+(erf: within an absolute error, all GELU needs), inf and NaN as NumPy has them;
+``test_cpu_mathlib.py`` measures the errors:
 
 - ``exp``: Cody-Waite reduction by ln 2, Cephes degree-7 polynomial, scaling by two powers of
-  two so that subnormal results are rounded once.
+  two so that subnormal results are rounded once.  x / ln 2 is rounded to an integer by adding
+  1.5 * 2**23, whose sum holds that integer in its low bits: no float -> int conversion (poison
+  for NaN), so a NaN flows through as arithmetic, needing no select.
 - ``log``: exponent/mantissa split (subnormals rescaled first), Cephes polynomial.
 - ``tanh``: Cephes odd polynomial for |x| < 0.625, else ``1 - 2 / (exp(2|x|) + 1)``.
-- ``sigmoid``: ``1 / (1 + e)`` or ``e / (1 + e)`` with ``e = exp(-|x|)``: never overflows.
-- ``erf``: ``x + x * P(x^2)`` for |x| < 1, ``1 - exp(-x^2) * Q(|x|)`` up to 4, then +-1
-  (least-squares fits to erf made for tilec; max error about 8e-8 absolute).
+- ``sigmoid``: ``1 / (1 + exp(-x))``; below -88.7, where exp(-x) overflows, that is 0 (the
+  exact value is below 3e-39).
+- ``erf``: one rational function ``x * P(x^2) / Q(x^2)`` of x limited to [-4, 4] (float32's
+  erf is +-1 beyond 3.92), the result limited to [-1, 1]: no exp, no branch to select.  P and
+  Q (degree 5, positive coefficients, so evaluation never cancels) are a minimax fit made for
+  tilec (Lawson-reweighted least squares, P(0) = 2/sqrt(pi)): 2.4e-8 in exact arithmetic;
+  float32's rounding of P and Q makes it about 3.5e-7 absolute near +-1.
 - ``sin``/``cos``: x * 2/pi modulo 4 in float64, with 2/pi in pieces whose products with a
   float32 are exact (so any float32 reduces accurately), Cephes polynomials on [-pi/4, pi/4].
 - ``pow``: ``exp(b * log|a|)`` with NumPy's signs and special cases.
@@ -33,6 +40,10 @@ EXP_POLY = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
             1.6666665459e-1, 5.0000001201e-1]
 EXP_MAX = 88.8     # exp overflows above 88.72
 EXP_MIN = -104.0   # exp underflows to zero below -103.97
+# 1.5 * 2**23: a float32 of magnitude below 2**22 plus this is rounded to an integer (to even),
+# which the sum's mantissa holds in its low bits: bits(sum) - ROUNDING_SHIFT_BITS
+ROUNDING_SHIFT = 12582912.0
+ROUNDING_SHIFT_BITS = 0x4B400000
 
 LOG_POLY = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
             1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
@@ -44,15 +55,9 @@ TANH_POLY = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.333144220
              -3.33332819422e-1]
 TANH_SMALL = 0.625
 
-# erf(x) = x + x * ERF_SMALL(x^2) for |x| < 1;
-# erf(x) = 1 - exp(-x^2) * ERF_LARGE((|x| - 2.5) / 1.5) for 1 <= |x| < 4; +-1 beyond.
-ERF_SMALL = [7.933493883522702e-05, -0.000803484664911161, 0.005191218377294824,
-             -0.02685539945203016, 0.11283625725084714, -0.3761262987767591,
-             0.12837916659315382]
-ERF_LARGE = [8.638994644664476e-05, -0.0002435072832946833, 0.00039256210758720753,
-             -0.0009199995293455644, 0.0024046563528495072, -0.005608488572447138,
-             0.01249144246871651, -0.026998681047247806, 0.0561100618981779,
-             -0.11152133678883301, 0.21080637463687135]
+# erf(x) = x * ERF_P(x^2) / ERF_Q(x^2) for |x| <= ERF_SATURATES (coefficients from the highest)
+ERF_P = [1.9842562e-06, 2.846261e-04, 3.8910217e-03, 5.3127777e-02, 1.9373445e-01, 1.1283792]
+ERF_Q = [3.7396283e-05, 1.1871608e-03, 1.5223805e-02, 1.15428604e-01, 5.050256e-01, 1.0]
 ERF_SATURATES = 4.0
 
 # 2/pi = TWO_OVER_PI[0] + TWO_OVER_PI[1] + ... to about 2**-190: pieces of 28 significant bits,
@@ -63,14 +68,11 @@ SIN_POLY = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
 COS_POLY = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
 
 
-def _f(value: float) -> Num:
-    return const(f32(), value)
-
-
-def _clamp(x: Num, lo: float, hi: float) -> Num:
-    """``x`` limited to [lo, hi]; NaN becomes ``lo`` (so no poison flows into integer ops)."""
-    x = select(x.ge(lo), x, lo)
-    return select(x.le(hi), x, hi)
+def _limit(x: Num, lo: float, hi: float) -> Num:
+    """``x`` limited to [lo, hi]; NaN stays NaN (each select keeps ``x`` when its comparison
+    is false)."""
+    x = select(x.lt(lo), lo, x)
+    return select(x.gt(hi), hi, x)
 
 
 def _pow2(k: Num) -> Num:
@@ -79,14 +81,14 @@ def _pow2(k: Num) -> Num:
 
 
 def exp(x: Num) -> Num:
-    xc = _clamp(x, EXP_MIN, EXP_MAX)
-    n = round_even(xc * (1.0 / math.log(2.0)))
+    xc = _limit(x, EXP_MIN, EXP_MAX)
+    shifted = xc * (1.0 / math.log(2.0)) + ROUNDING_SHIFT
+    n = shifted - ROUNDING_SHIFT
     r = multiply_add(n, -LN2_LO, multiply_add(n, -LN2_HI, xc))
     y = multiply_add(horner(r, EXP_POLY), r * r, r) + 1.0
-    k = to_int(n, i32())
+    k = bitcast(shifted, i32()) - ROUNDING_SHIFT_BITS
     half = k >> 1
-    y = y * _pow2(half) * _pow2(k - half)
-    return select(x.is_nan(), x, y)
+    return y * _pow2(half) * _pow2(k - half)
 
 
 def log(x: Num) -> Num:
@@ -117,19 +119,13 @@ def tanh(x: Num) -> Num:
 
 
 def sigmoid(x: Num) -> Num:
-    e = exp(-fabs(x))
-    r = 1.0 / (e + 1.0)
-    return select(x.ge(0.0), r, e * r)
+    return 1.0 / (exp(-x) + 1.0)
 
 
 def erf(x: Num) -> Num:
-    a = fabs(x)
-    small = a + a * horner(a * a, ERF_SMALL)
-    ac = select(a.lt(ERF_SATURATES), a, ERF_SATURATES)
-    large = 1.0 - exp(-(ac * ac)) * horner((ac - 2.5) * (1.0 / 1.5), ERF_LARGE)
-    y = select(a.lt(1.0), small, large)
-    y = select(x.lt(0.0), -y, y)
-    return select(x.is_nan(), x, y)
+    xc = _limit(x, -ERF_SATURATES, ERF_SATURATES)
+    t = xc * xc
+    return _limit(xc * horner(t, ERF_P) / horner(t, ERF_Q), -1.0, 1.0)
 
 
 def _sin_cos(x: Num, quarter_turns: int) -> Num:
