@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
 from ...dims import Dim
-from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, row_major, slice_part
+from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, concat_parts, row_major
 from . import cxx
 from .cxx import Code
 from .lazy import Base, Gm, describe, grid_var, is_grid, leaves, numel, view_key
@@ -462,10 +462,8 @@ class Stream:
     def write(self, x: Lazy, dest: View) -> None:
         """Compute ``x`` into ``dest`` (a concatenation part by part)."""
         if isinstance(x, Concat):
-            a, b = x.parts
-            width = a.sizes[x.axis]
-            self.write(a, slice_part(dest, x.axis, ZERO, width))
-            self.write(b, slice_part(dest, x.axis, width, b.sizes[x.axis]))
+            for part, into in concat_parts(x, dest):
+                self.write(part, into)
             return
         if isinstance(x, Map) and x.op == "cast" and x.dtype == dest.buffer.dtype and \
                 x.dtype in ("float16", "bfloat16") and x.operands[0].dtype != "int32":

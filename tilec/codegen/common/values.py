@@ -168,6 +168,15 @@ def slice_part(x: Lazy, axis: int, start: Dim, size: Dim) -> Optional[Lazy]:
     return reindex(x, sizes, range(len(x.sizes)), starts)
 
 
+def concat_parts(x: Concat, dest: View) -> tuple[tuple[Lazy, View], tuple[Lazy, View]]:
+    """Each part of ``x`` with the slice of ``dest`` it goes to: how a concatenation is written
+    into memory, part by part."""
+    a, b = x.parts
+    width = a.sizes[x.axis]
+    return ((a, slice_part(dest, x.axis, ZERO, width)),
+            (b, slice_part(dest, x.axis, width, b.sizes[x.axis])))
+
+
 def map_sizes(operands: Sequence[Lazy]) -> tuple[Dim, ...]:
     """The shape of an element-wise op's result: that of its operands of rank > 0."""
     ranked = [x.sizes for x in operands if x.sizes]

@@ -41,7 +41,7 @@ from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, arg
                            reduced_sizes, round_to, shape_of, spread, widen)
 from ..common.scalar import Num, const, f32, fabs, i64, index, multiply_add, sqrt, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
-                             reindex, row_major, slice_part)
+                             concat_parts, reindex, row_major)
 from . import mathlib
 
 
@@ -233,10 +233,8 @@ class _Kernel(RowLowering):
     def write(self, x: Lazy, dest: View) -> None:
         """Compute ``x`` into ``dest`` (a concatenation part by part)."""
         if isinstance(x, Concat):
-            a, b = x.parts
-            width = a.sizes[x.axis]
-            self.write(a, slice_part(dest, x.axis, ZERO, width))
-            self.write(b, slice_part(dest, x.axis, width, b.sizes[x.axis]))
+            for part, into in concat_parts(x, dest):
+                self.write(part, into)
             return
         with self.loops(dest.sizes) as ivs:
             self.store(self.load(x, ivs, {}), dest, ivs)
