@@ -268,6 +268,8 @@ SYNTAX_ERRORS = [
     (H + "  let y = x $ 2;\n}\n", 2, 13, "unexpected character '$'"),
     (H + "  let é = x;\n}\n", 2, 7, "unexpected character 'é'"),
     (H + "  return x\x00;\n}\n", 2, 11, "unexpected character U+0000"),
+    (H + "  return x\ufffd;\n}\n", 2, 11,
+     "bytes that are not UTF-8 text (a .tile file is UTF-8)"),
     ("#include <x>\n", 1, 1,
      "unexpected character '#' (only a '#pragma' line may start with '#')"),
     (H + "  let = x;\n}\n", 2, 7, "expected a name or '(' after 'let', found '='"),

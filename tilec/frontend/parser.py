@@ -237,6 +237,8 @@ def _bad_character(char: str) -> str:
         return "unexpected character '#' (only a '#pragma' line may start with '#')"
     if char == "'":
         return "unexpected character \"'\""
+    if char == "\ufffd":   # what read_source makes of bytes that are not UTF-8
+        return "bytes that are not UTF-8 text (a .tile file is UTF-8)"
     shown = f"'{char}'" if char.isprintable() and not char.isspace() else f"U+{ord(char):04X}"
     return f"unexpected character {shown}"
 
