@@ -34,6 +34,14 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 
 
+def cache_dir() -> Path:
+    """tilec's cache directory: ``$TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``, else
+    ``~/.cache/tilec``.  The compile cache's store is there, and the parser's tables."""
+    if os.environ.get("TILEC_CACHE_DIR"):
+        return Path(os.environ["TILEC_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilec"
+
+
 @dataclass(frozen=True)
 class Entry:
     """A checked entry: where it lives, its files and the meta it was published with."""

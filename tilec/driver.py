@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .cache import Store
+from .cache import Store, cache_dir
 from .diagnostics import Diagnostic, DiagnosticSink, Span, TilecError, register_source
 
 if TYPE_CHECKING:
@@ -269,14 +269,6 @@ def write_project(output: str, missing) -> TilecError:
 
     write_directory(str(missing.project_directory(output)), missing.files, is_project)
     return TilecError(missing.explain(output))
-
-
-def cache_dir() -> Path:
-    """The compile cache's directory: ``$TILEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilec``,
-    else ``~/.cache/tilec``."""
-    if os.environ.get("TILEC_CACHE_DIR"):
-        return Path(os.environ["TILEC_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilec"
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,11 +8,12 @@ upstream ``PassManager``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .diagnostics import DiagnosticSink, TilecError
-from .mlir import ir, passmanager
+from .mlir import ir, new_context, passmanager
 
 
 @dataclass
@@ -95,14 +96,24 @@ def parse_pipeline(text: str) -> list[Step]:
             steps.append(("upstream", element))
     # validate upstream pieces now, so a typo is reported before anything runs
     for kind, payload in steps:
-        if kind == "upstream":
-            try:
-                passmanager.PassManager.parse(f"builtin.module({payload})")
-            except Exception:
-                known = ", ".join(sorted(REGISTRY)) or "none"
-                raise TilecError(f"unknown pass '{payload}' (tilec passes: {known}; or any "
-                                 "upstream MLIR pass)") from None
+        if kind == "upstream" and not is_upstream_element(payload):  # type: ignore[arg-type]
+            known = ", ".join(sorted(REGISTRY)) or "none"
+            raise TilecError(f"unknown pass '{payload}' (tilec passes: {known}; or any "
+                             "upstream MLIR pass)")
     return steps
+
+
+@functools.lru_cache(maxsize=1024)
+def is_upstream_element(element: str) -> bool:
+    """Whether ``element`` parses as an upstream pipeline element.  It is checked in a
+    context of its own, whether or not one is current; the passes and their options are
+    registered for the whole process, so the answer is kept for it."""
+    with new_context():
+        try:
+            passmanager.PassManager.parse(f"builtin.module({element})")
+        except ValueError:
+            return False
+    return True
 
 
 def run_pipeline(module: ir.Module, steps: Sequence[Step], sink: DiagnosticSink | None = None,

@@ -1,14 +1,19 @@
-"""Parser tests: the shared examples, precedence, spans, pragmas, and located syntax errors."""
+"""Parser tests: the shared examples, precedence, spans, pragmas, located syntax errors, and
+the Lark tables kept between processes."""
 from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from lark import Lark
 
 from tilec.diagnostics import Span, TilecError
 from tilec.frontend import ast
+from tilec.frontend import parser as parser_module
 from tilec.frontend.astprint import format_ast, format_expr
 from tilec.frontend.parser import parse
 
@@ -394,3 +399,62 @@ def test_format_ast_of_pragmas_and_keywords() -> None:
     assert "        Kwarg axis @10:51\n          Unary - @10:56\n            Num 1 @10:57\n" in text
     unknown = format_ast(parse("#pragma omp parallel for\n", "omp.tile"))
     assert unknown == "Module omp.tile\n  Pragma omp (unparsed) @1:1\n"
+
+
+# --- the Lark parser's tables, kept between processes ----------------------------------------
+GRAMMAR_TEXT = parser_module.GRAMMAR.read_text()
+
+
+class _NeverBuilt(Lark):
+    """Lark whose parsers can be loaded but not built."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        raise AssertionError("the parser was built, not loaded")
+
+
+def _trees(parser: Lark) -> list:
+    """The trees ``parser`` makes of the shared examples and the corpus."""
+    sources = [*EXAMPLES.glob("*.tile"), *(Path(__file__).parents[1] / "corpus").glob("*.tile")]
+    return [parser.parse(path.read_text(), start="start") for path in sorted(sources)]
+
+
+def test_a_second_process_loads_the_parser_the_first_built(tmp_path, monkeypatch) -> None:
+    built = parser_module.lark_parser(GRAMMAR_TEXT, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == \
+        [parser_module.tables_path(GRAMMAR_TEXT, tmp_path).name]
+    monkeypatch.setattr(parser_module, "Lark", _NeverBuilt)
+    loaded = parser_module.lark_parser(GRAMMAR_TEXT, tmp_path)
+    assert _trees(loaded) == _trees(built) and len(_trees(built)) >= 20
+    with pytest.raises(parser_module._UnterminatedComment):   # its lexer callback kept
+        loaded.parse("/* never closed", start="start")
+
+
+def test_damaged_tables_are_rebuilt_and_replaced(tmp_path) -> None:
+    parser_module.lark_parser(GRAMMAR_TEXT, tmp_path)
+    path = parser_module.tables_path(GRAMMAR_TEXT, tmp_path)
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="digest"):
+        parser_module._load_tables(bytes(damaged))
+    assert _trees(parser_module.lark_parser(GRAMMAR_TEXT, tmp_path)) == \
+        _trees(parser_module.lark_parser(GRAMMAR_TEXT, tmp_path / "fresh"))
+    assert _trees(parser_module._load_tables(path.read_bytes())) == \
+        _trees(parser_module.lark_parser(GRAMMAR_TEXT, tmp_path / "fresh"))
+
+
+def test_tables_that_cannot_be_written_only_cost_time(tmp_path) -> None:
+    (tmp_path / "file").write_text("in the way of a directory")
+    parser = parser_module.lark_parser(GRAMMAR_TEXT, tmp_path / "file" / "tables")
+    assert parser.parse("func f() -> Tensor[n] { return x; }", start="start")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_the_tables_name_is_the_same_in_every_process_and_changes_with_the_grammar() -> None:
+    here = parser_module.tables_path(GRAMMAR_TEXT, Path("/t"))
+    there = subprocess.run(
+        [sys.executable, "-c", "from pathlib import Path; from tilec.frontend import parser; "
+         "print(parser.tables_path(parser.GRAMMAR.read_text(), Path('/t')))"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert there == str(here)
+    assert parser_module.tables_path(GRAMMAR_TEXT + "\n", Path("/t")) != here

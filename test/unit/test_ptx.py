@@ -2,9 +2,10 @@
 lowers to PTX that the pinned ptxas accepts for sm_80 and sm_90, with no register spills in
 element-wise and row-wise kernels; ``cache_hint(NAME, L2)`` loads NAME through an L2
 evict-last policy; the kernel level stages what the backend stages, so a row that fits the
-arch's shared memory compiles and one that does not is a located diagnostic; a ptx library
-builds, loads with ``tilec.load``, and a call without a CUDA driver raises RuntimeError
-saying so.
+arch's shared memory compiles and one that does not is a located diagnostic; ptxas, started
+before its PTX exists, assembles it as one started after, is killed when the compile fails on
+the way, and is not started for a text stage; a ptx library builds, loads with
+``tilec.load``, and a call without a CUDA driver raises RuntimeError saying so.
 
 What only a GPU can show (the kernels' results and speed) is ``bench/gpu_check.py``'s job:
 ``test_launch_needs_a_gpu`` is skipped here, with that reason, when no driver is present."""
@@ -13,6 +14,8 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import re
+import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -22,8 +25,9 @@ from conftest import EXAMPLE_NAMES, OPS, REPO, SHARED_EXAMPLES
 
 import tilec
 import tilec.passes  # noqa: F401  (registers the passes)
+import tilec.codegen.ptx as ptx_backend
 from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
-from tilec.codegen.ptx.toolchain import SHARED_LIMIT
+from tilec.codegen.ptx.toolchain import SHARED_LIMIT, Ptxas, parse_report
 from tilec.diagnostics import DiagnosticSink, TilecError
 from tilec.dialect import make_context
 from tilec.driver import CompileOptions, kernel_module
@@ -174,6 +178,59 @@ def test_an_l2_hint_loads_through_an_evict_last_policy(arch: str) -> None:
     assert through_policy == {"b32": 2, "v4.b32": 2}
     assert loads(plain.ptx) == loads(hinted.ptx) + through_policy
     assert "cache_hint" not in plain.ptx
+
+
+SCALE = HINTED.format(pragma="")
+
+
+def test_ptxas_started_before_its_ptx_assembles_it_as_one_started_after() -> None:
+    ptx = compile_text(SCALE, "sm_90").ptx
+    with Ptxas("sm_90") as early:
+        early.start()
+        cubin, report = early.assemble(ptx)
+    with Ptxas("sm_90") as late:
+        late_cubin, late_report = late.assemble(ptx)
+    assert cubin[:4] == b"\x7fELF" and cubin == late_cubin
+    assert [r.name for r in parse_report(report)] == ["scale__k0"]
+    assert parse_report(report) == parse_report(late_report)    # but for its compile time
+    with Ptxas("sm_90") as ptxas, pytest.raises(TilecError, match="ptxas rejected the PTX for "
+                                                                   "sm_90:\nptxas /dev/stdin"):
+        ptxas.assemble(ptx.replace(".target sm_90", ".target sm_90 not ptx;"))
+
+
+def _module(source: str):
+    """``source``'s kernel-level module, in the current context."""
+    return kernel_module(source, "scale.tile", CompileOptions(target="ptx"), DiagnosticSink())
+
+
+def test_a_compile_that_fails_after_ptxas_started_leaves_no_process(monkeypatch) -> None:
+    started: list[subprocess.Popen] = []
+    start = Ptxas.start
+
+    def start_and_keep(self: Ptxas) -> None:
+        start(self)
+        started.append(self.process)
+
+    monkeypatch.setattr(Ptxas, "start", start_and_keep)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a lowering bug")
+
+    monkeypatch.setattr(ptx_backend, "to_llvm", broken)
+    with make_context(), pytest.raises(RuntimeError, match="a lowering bug"):
+        PtxBackend(Options("sm_90")).run(_module(SCALE), "cubin")
+    assert len(started) == 1 and started[0].returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("stop", ["gpu", "nvvm", "llvm", "ptx"])
+def test_a_text_stage_starts_no_ptxas(monkeypatch, stop: str) -> None:
+    def refuse(self: Ptxas) -> None:
+        raise AssertionError("ptxas started")
+
+    monkeypatch.setattr(Ptxas, "start", refuse)
+    with make_context():
+        text = PtxBackend(Options("sm_90")).run(_module(SCALE), stop)
+    assert isinstance(text, str) and "scale__k0" in text
 
 
 def test_an_unknown_arch_is_an_error() -> None:

@@ -1,5 +1,6 @@
 """tilec-opt: --split-input-file keeps the file's line numbers in every part; --verify-each
-(the default) names the pass that left IR which does not verify."""
+(the default) names the pass that left IR which does not verify; upstream passes run (on tile
+ops, whose traits they see) and an unknown pass is named."""
 from __future__ import annotations
 
 from tilec.cli import opt_main, split_input
@@ -36,3 +37,26 @@ def test_verify_each_names_the_pass_that_broke_the_ir(monkeypatch, tmp_path, cap
         f"{path}:2:8: error: IR after shift-slice does not verify: 'tile.slice' gives "
         "Tensor<float32>[n] where its operands make Tensor<float32>[n-1]")
     assert opt_main([str(path), "-p", "shift-slice", "--no-verify-each"]) == 0
+
+
+TWO_EXPS = ('func.func @f(%x: tensor<?xf32, ["n"]>) -> tensor<?xf32, ["n"]> {\n'
+            '  %0 = "tile.exp"(%x) : (tensor<?xf32, ["n"]>) -> tensor<?xf32, ["n"]>\n'
+            '  %1 = "tile.exp"(%x) : (tensor<?xf32, ["n"]>) -> tensor<?xf32, ["n"]>\n'
+            '  %2 = "tile.add"(%0, %1) : (tensor<?xf32, ["n"]>, tensor<?xf32, ["n"]>) '
+            '-> tensor<?xf32, ["n"]>\n'
+            '  return %2 : tensor<?xf32, ["n"]>\n}\n')
+
+
+def test_upstream_passes_run_on_tile_ops_that_are_pure(tmp_path, capsys) -> None:
+    path = tmp_path / "f.mlir"
+    path.write_text(TWO_EXPS)
+    assert opt_main([str(path), "-p", "canonicalize,cse"]) == 0
+    out = capsys.readouterr().out
+    assert out.count('"tile.exp"') == 1 and '"tile.add"(%0, %0)' in out
+
+
+def test_an_unknown_pass_is_named(tmp_path, capsys) -> None:
+    path = tmp_path / "f.mlir"
+    path.write_text(TWO_EXPS)
+    assert opt_main([str(path), "-p", "cse,no-such-pass"]) == 1
+    assert capsys.readouterr().err.startswith("tilec: error: unknown pass 'no-such-pass' ")

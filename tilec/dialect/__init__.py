@@ -2,16 +2,15 @@
 from .ops import *  # noqa: F401,F403
 from .ops import Tile
 from .types import TensorInfo, tensor_info  # noqa: F401
-from ..mlir import ir
-
-
+from ..mlir import ir, load_dialect, new_context
 
 
 def make_context() -> ir.Context:
-    """A new MLIR context with the tile dialect loaded."""
-    ctx = ir.Context()
+    """A new MLIR context with the tile dialect loaded, and of the upstream dialects those
+    that tilec builds ops of (the rest load on demand: :func:`tilec.mlir.new_context`)."""
+    ctx = new_context()
     with ctx:
-        Tile.load()
+        load_dialect(Tile)
     return ctx
 
 

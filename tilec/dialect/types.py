@@ -13,6 +13,7 @@ Element types: f16, bf16, f32, i32, and i1 for masks.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..dims import ELLIPSIS, Dim, Shape, certain, has_ellipsis, parse_dim, shape_str
@@ -96,10 +97,16 @@ def tensor_info(t: ir.Type) -> TensorInfo:
             raise ValueError(f"{t} has dynamic dimensions but no encoding naming them")
         shape = tuple(Dim.const(s) for s in t.shape)
     else:
-        entries = [ir.StringAttr(a).value for a in ir.ArrayAttr(t.encoding)]
+        entries = tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(t.encoding))
         if len(entries) != t.rank:
             raise ValueError(f"encoding of {t} does not have one entry per dimension")
-        shape = tuple(
-            ELLIPSIS if (e == ELLIPSIS and i == 0) else parse_dim(e) for i, e in enumerate(entries)
-        )
+        shape = _encoded_shape(entries)
     return TensorInfo(DTYPE_FROM_MLIR[elt], shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_shape(entries: tuple[str, ...]) -> Shape:
+    """The shape an encoding spells (``Dim`` is immutable, so one parse serves every type
+    that spells it the same way)."""
+    return tuple(ELLIPSIS if (e == ELLIPSIS and i == 0) else parse_dim(e)
+                 for i, e in enumerate(entries))

@@ -2,7 +2,8 @@
 
 The grammar is ``grammar.lark`` (Lark LALR(1), strict).  Every AST node carries the half-open
 :class:`~tilec.diagnostics.Span` of its text.  :func:`parse` raises nothing but
-:class:`~tilec.diagnostics.TilecError`.
+:class:`~tilec.diagnostics.TilecError`.  Lark's analysis of the grammar (about 0.2 s) is done
+once and its tables kept in tilec's cache directory (:func:`lark_parser`).
 
 Where a syntax error points: at the first token that cannot continue the program, which the
 message names ("found 'let'"); a missing ``;`` is therefore reported at the token after the place
@@ -15,15 +16,21 @@ parsed again as an argument list (rule ``pragma_args``) with the spans of the or
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import lark
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken, VisitError
 from lark.tree import Meta
 from lark.visitors import Transformer_NonRecursive, v_args
 
+from ..cache import cache_dir
 from ..diagnostics import Span, TilecError, register_source
 from . import ast
 
@@ -74,21 +81,83 @@ def _check_block_comment(token: Token) -> Token:
     return token
 
 
+GRAMMAR = Path(__file__).with_name("grammar.lark")
+_LARK_OPTIONS: dict[str, Any] = {"parser": "lalr", "lexer": "basic", "strict": True,
+                                  "propagate_positions": True, "start": ["start", "pragma_args"]}
+_LEXER_CALLBACKS = {"BLOCK_COMMENT": _check_block_comment}   # saved with the tables by name
+
+
 @functools.cache
 def _lark() -> Lark:
-    """The Lark parser of grammar.lark, built once."""
-    grammar = Path(__file__).with_name("grammar.lark").read_text()
-    return Lark(grammar, parser="lalr", lexer="basic", strict=True, propagate_positions=True,
-                start=["start", "pragma_args"],
-                lexer_callbacks={"BLOCK_COMMENT": _check_block_comment})
+    """The Lark parser of grammar.lark, made once per process (:func:`lark_parser`), its
+    tables kept in tilec's cache directory."""
+    return lark_parser(GRAMMAR.read_text(), cache_dir() / "parser")
+
+
+def lark_parser(grammar: str, tables: Path) -> Lark:
+    """The Lark parser of ``grammar``, loaded from its tables in the directory ``tables``
+    when a process wrote them there, else built and its tables written there for the next.
+
+    The tables' file is named by a digest of everything they depend on (the grammar, the
+    options, the versions of Lark and Python) and starts with a digest of the rest of it, so
+    that a damaged file is rebuilt, never used; it is written whole under another name, then
+    renamed.  Where it cannot be written (a read-only install), every process builds the
+    parser."""
+    path = tables_path(grammar, tables)
+    try:
+        return _load_tables(path.read_bytes())
+    except (OSError, ValueError):
+        pass
+    parser = Lark(grammar, **_LARK_OPTIONS, lexer_callbacks=_LEXER_CALLBACKS)
+    _store_tables(parser, path)
+    return parser
+
+
+def tables_path(grammar: str, tables: Path) -> Path:
+    """Where in the directory ``tables`` the tables of ``grammar`` are kept: a name that
+    changes with the grammar, the options and the versions of Lark and Python."""
+    key = repr((grammar, sorted(_LARK_OPTIONS.items()), sorted(_LEXER_CALLBACKS),
+                lark.__version__, sys.version_info[:2]))
+    return tables / f"{GRAMMAR.stem}.{hashlib.sha256(key.encode()).hexdigest()[:32]}.lark-tables"
+
+
+def _load_tables(data: bytes) -> Lark:
+    """The parser whose tables (behind a digest line) are ``data``; ValueError when the
+    digest does not match or Lark cannot read them."""
+    digest, _, saved = data.partition(b"\n")
+    if digest != hashlib.sha256(saved).hexdigest().encode():
+        raise ValueError("the tables' digest does not match")
+    try:
+        return Lark.load(io.BytesIO(saved))
+    except Exception as e:   # what the pickled tables refer to may have changed
+        raise ValueError(f"Lark cannot read the tables: {e}") from None
+
+
+def _store_tables(parser: Lark, path: Path) -> None:
+    """Write the tables of ``parser`` to ``path`` (atomically), or nothing when it cannot."""
+    saved = io.BytesIO()
+    parser.save(saved)
+    data = hashlib.sha256(saved.getvalue()).hexdigest().encode() + b"\n" + saved.getvalue()
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(staged, path)
+    except OSError:
+        os.unlink(staged)
 
 
 @functools.cache
 def _terminal_names() -> dict[str, str]:
     """Terminal name -> how a message names it ("';'", "a name")."""
-    lark = _lark()
+    parser = _lark()
     return {t.name: f"'{t.pattern.value}'" if t.pattern.type == "str" else _TERMINAL_WORDS[t.name]
-            for t in lark.terminals if t.name not in lark.ignore_tokens}
+            for t in parser.terminals if t.name not in parser.lexer_conf.ignore}
 
 
 def _parse_tree(text: str, file: str, start: str, end_of_input: str) -> Tree:

@@ -62,24 +62,35 @@ def _llvm22_literal(literal: str, fp_type: str) -> str:
     return f"0x{bits:016X}"
 
 
+def _may_hold_literal(line: str) -> bool:
+    """Whether ``line`` holds one of the substrings that every literal of :data:`_LITERAL`
+    contains ("inf", "nan", "f0x", or an exponent's "e+"/"e-"): the cheap test that spares
+    the other lines, most of a module, the regular expression."""
+    return "inf" in line or "nan" in line or "f0x" in line or "e+" in line or "e-" in line
+
+
+def _rewrite_line(line: str) -> str:
+    """``line`` with its LLVM 24 literals rewritten, each in the floating-point type named
+    last before it."""
+    current = None
+
+    def rewrite(m: re.Match) -> str:
+        nonlocal current
+        if m.group(1):
+            current = m.group(1)
+            return m.group(0)
+        if current is None:
+            raise ValueError(f"no floating-point type before literal {m.group(0)!r} "
+                             f"in: {line}")
+        return _llvm22_literal(m.group(2), current)
+
+    return _TOKEN.sub(rewrite, line)
+
+
 def to_llvm22_text(text: str) -> str:
     """Rewrite LLVM 24's floating-point literals in LLVM IR ``text`` for LLVM 22's parser.
     A literal's type is the floating-point type named last before it on its line (how the
     printer writes operands: ``fadd float %x, 1.5``, ``phi float [ -inf, %b ]``,
     ``splat (half 0xH3C00)``)."""
-    lines = []
-    for line in text.split("\n"):
-        current = None
-
-        def rewrite(m: re.Match) -> str:
-            nonlocal current
-            if m.group(1):
-                current = m.group(1)
-                return m.group(0)
-            if current is None:
-                raise ValueError(f"no floating-point type before literal {m.group(0)!r} "
-                                 f"in: {line}")
-            return _llvm22_literal(m.group(2), current)
-
-        lines.append(_TOKEN.sub(rewrite, line))
-    return "\n".join(lines)
+    return "\n".join(_rewrite_line(line) if _may_hold_literal(line) else line
+                     for line in text.split("\n"))

@@ -18,7 +18,7 @@ from ...diagnostics import TilecError
 from ...dialect.locations import span_of
 from ...mlir import ir
 from .kernel import GpuKernel, is_ptx_kernel, lower_kernels
-from .toolchain import (ARCHES, SHARED_LIMIT, KernelReport, assemble, parse_report, to_llvm,
+from .toolchain import (ARCHES, SHARED_LIMIT, KernelReport, Ptxas, parse_report, to_llvm,
                         to_nvvm, to_ptx)
 
 __all__ = ["ARCHES", "GpuKernel", "KernelReport", "Options", "PtxBackend", "PtxKernels"]
@@ -76,16 +76,19 @@ class PtxBackend:
         _check_shared(module, kernels, SHARED_LIMIT[arch], arch)
         if (text := note("gpu", lambda: str(lowered), stop)) is not None:
             return text
-        to_nvvm(lowered)
-        if (text := note("nvvm", lambda: str(lowered), stop)) is not None:
-            return text
-        llvm_module = to_llvm(lowered, arch, [k.name for k in kernels])
-        if (text := note("llvm", lambda: str(llvm_module), stop)) is not None:
-            return text
-        ptx = to_ptx(llvm_module, arch)
-        if (text := note("ptx", lambda: ptx, stop)) is not None:
-            return text
-        cubin, report = assemble(ptx, arch)
+        with Ptxas(arch) as ptxas:
+            if stop == "cubin":
+                ptxas.start()          # it starts up while the stages below make its PTX
+            to_nvvm(lowered)
+            if (text := note("nvvm", lambda: str(lowered), stop)) is not None:
+                return text
+            llvm_module = to_llvm(lowered, arch, [k.name for k in kernels])
+            if (text := note("llvm", lambda: str(llvm_module), stop)) is not None:
+                return text
+            ptx = to_ptx(llvm_module, arch)
+            if (text := note("ptx", lambda: ptx, stop)) is not None:
+                return text
+            cubin, report = ptxas.assemble(ptx)
         note("ptxas", lambda: report, stop)
         return PtxKernels(cubin, ptx, report, tuple(kernels))
 

@@ -4,11 +4,12 @@ In: a module holding ``gpu.module @tilec_kernels`` (:mod:`.kernel`).  Out, stage
 the NVVM-dialect module (``gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm, ...)``), LLVM IR
 (the gpu.module translated, the libdevice functions it calls linked, every symbol but the
 kernels internalised, then O3 with llvmlite's NVPTX target), PTX text, and a cubin assembled
-by ``ptxas`` with its ``-v`` report.
+by ``ptxas`` with its ``-v`` report (:class:`Ptxas`: started before the PTX is made).
 
 Kept for the life of the process, so that each compile does only its own work: LLVM's NVPTX
-target (initialised once), the bytes of libdevice, and per libdevice function, arch pair that
-function extracted from libdevice as bitcode.
+target (initialised once) and a target machine per arch, where the wheels' files are, the
+bytes of libdevice, and per libdevice function, arch pair that function extracted from
+libdevice as bitcode.
 
 The tools come from the ``nvidia-nvvm`` (libdevice) and ``nvidia-cuda-nvcc`` (ptxas) wheels
 pinned in pyproject.toml, found through importlib, never through PATH.  PTX ``.version``:
@@ -23,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import llvmlite.binding as llvm
 
@@ -57,18 +58,27 @@ def _wheel_file(package: str, relative: str) -> Path:
                      f"(pip install '{package}==13.0.88')")
 
 
+@lru_cache(maxsize=None)
 def libdevice_path() -> Path:
     return _wheel_file("nvidia-nvvm", "cu13/nvvm/libdevice/libdevice.10.bc")
 
 
+@lru_cache(maxsize=None)
 def ptxas_path() -> Path:
     return _wheel_file("nvidia-cuda-nvcc", "cu13/bin/ptxas")
 
 
 def to_nvvm(module: ir.Module) -> None:
-    """Lower the gpu.module of ``module`` to the NVVM and LLVM dialects, in place."""
+    """Lower the gpu.module of ``module`` to the NVVM and LLVM dialects, in place.  The IR
+    is verified before the lowering (tilec built it) and after it, not between its upstream
+    passes: a verification costs as much as a pass, and these passes, given valid IR, leave
+    valid IR."""
     with module.context:
-        passmanager.PassManager.parse(NVVM_LOWERING).run(module.operation)
+        module.operation.verify()
+        lowering = passmanager.PassManager.parse(NVVM_LOWERING)
+        lowering.enable_verifier(False)
+        lowering.run(module.operation)
+        module.operation.verify()
 
 
 def _gpu_module(module: ir.Module) -> ir.Operation:
@@ -108,7 +118,9 @@ def _libdevice_function(name: str, arch: str) -> bytes:
     return library.as_bitcode()
 
 
+@lru_cache(maxsize=None)
 def target_machine(arch: str) -> llvm.TargetMachine:
+    """LLVM's NVPTX target machine for ``arch``, made once per process and arch."""
     _initialised()
     target = llvm.Target.from_triple(TRIPLE)
     return target.create_target_machine(cpu=arch, features=PTX_FEATURES, opt=3)
@@ -171,15 +183,42 @@ def parse_report(text: str) -> list[KernelReport]:
     return reports
 
 
-def assemble(ptx: str, arch: str) -> tuple[bytes, str]:
-    """The cubin of ``ptx`` for ``arch`` and ptxas's ``-v`` report; TilecError if ptxas
-    rejects it.  The PTX goes in and the cubin comes out through pipes (no files)."""
-    args = [str(ptxas_path()), "-v", f"-arch={arch}", "-O3", "/dev/stdin", "-o", "/dev/stdout"]
-    try:
-        done = subprocess.run(args, input=ptx.encode(), capture_output=True)
-    except OSError as e:
-        raise TilecError(f"cannot run ptxas ({args[0]}): {e.strerror or e}") from None
-    report = done.stderr.decode(errors="replace").strip()
-    if done.returncode != 0:
-        raise TilecError(f"ptxas rejected the PTX for {arch}:\n{report}")
-    return done.stdout, report
+class Ptxas:
+    """One run of ``ptxas -v -O3`` for ``arch``: :meth:`start` starts the process before the
+    PTX exists, so that its start-up (about 10 ms) overlaps the lowering that makes the PTX,
+    and :meth:`assemble` feeds it the PTX (started then if not before).  The PTX goes in and
+    the cubin comes out through pipes (no files).  Used as a context manager: a process left
+    without its PTX (a compile that failed on the way) is killed on exit."""
+
+    def __init__(self, arch: str) -> None:
+        self.arch = arch
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        """Start ptxas, waiting for its input; TilecError when it cannot run."""
+        args = [str(ptxas_path()), "-v", f"-arch={self.arch}", "-O3", "/dev/stdin", "-o",
+                "/dev/stdout"]
+        try:
+            self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE)
+        except OSError as e:
+            raise TilecError(f"cannot run ptxas ({args[0]}): {e.strerror or e}") from None
+
+    def assemble(self, ptx: str) -> tuple[bytes, str]:
+        """The cubin of ``ptx`` and ptxas's ``-v`` report; TilecError if ptxas rejects it."""
+        if self.process is None:
+            self.start()
+        assert self.process is not None
+        cubin, errors = self.process.communicate(ptx.encode())
+        report = errors.decode(errors="replace").strip()
+        if self.process.returncode != 0:
+            raise TilecError(f"ptxas rejected the PTX for {self.arch}:\n{report}")
+        return cubin, report
+
+    def __enter__(self) -> "Ptxas":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            self.process.communicate()
