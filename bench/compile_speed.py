@@ -13,11 +13,13 @@ Prints two tables of median wall times, seconds per kernel:
   compile of ``--repeat`` gets a source never compiled before (a numbered comment appended:
   nothing keyed on the source can be reused).
 
-What tilec reuses from one compile to the next in a process: the Lark parser, the NVPTX
-target's initialisation, the bytes of ``libdevice.10.bc`` and, per libdevice function it
-calls (``__nv_expf``, ...), that function and what it uses extracted from libdevice as
-bitcode.  Each compile makes a new MLIR context, parses, runs every pass, lowers, optimises
-and runs ptxas.  Triton reuses its imports, LLVM's initialisation and its loaded backends;
+What tilec reuses from one compile to the next in a process: the Lark parser (whose tables a
+first compile reads from tilec's cache directory when an earlier process wrote them), the
+tile dialect's IRDL text, which pass names are valid, the NVPTX target's initialisation and
+one target machine per arch, the wheels' paths, the bytes of ``libdevice.10.bc`` and, per
+libdevice function it calls (``__nv_expf``, ...), that function and what it uses extracted
+from libdevice as bitcode.  Each compile makes a new MLIR context, parses, runs every pass,
+lowers, optimises and runs ptxas.  Triton reuses its imports, LLVM's initialisation and its loaded backends;
 its cache goes to a new empty directory for every compile.  Triton is not a dependency of
 tilec: without it the Triton column says why and tilec is still measured.
 """
