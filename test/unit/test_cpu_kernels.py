@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from conftest import OPS
-from tilec.codegen.cpu.kernel import lower_kernels
+from tilec.codegen.cpu.kernel import STREAM_MIN_BYTES, lower_kernels
 from tilec.codegen.cpu.llvm import mlir_to_llvm_ir
-from cpu_harness import Built, build, check
+from tilec.harness.numerics import assert_close
+from tilec.harness.reference import run
+from cpu_harness import Built, build, call, check
 from test_kernel_level import PROGRAMS
 
 RNG = np.random.default_rng(11)
@@ -283,8 +285,9 @@ def test_signatures(builtins):
 # Every function the lowered kernels declare, before LLVM optimises them: intrinsics, which must
 # read the same in the bindings' LLVM and llvmlite's, and the scratch allocator (no libm).
 EMITTED = {"free", "malloc", "llvm.fabs.f32", "llvm.floor.f32", "llvm.maximum.f32",
-           "llvm.maxnum.f32", "llvm.minimum.f32", "llvm.roundeven.f64", "llvm.smax.i32",
-           "llvm.smin.i32", "llvm.sqrt.f32"}
+           "llvm.maxnum.f32", "llvm.minimum.f32", "llvm.prefetch.p0", "llvm.roundeven.f64",
+           "llvm.smax.i32", "llvm.smin.i32", "llvm.smin.i64", "llvm.sqrt.f32",
+           "llvm.x86.sse.sfence"}
 
 
 def test_every_emitted_intrinsic_crosses_to_llvmlite(builtins):
@@ -295,3 +298,51 @@ def test_every_emitted_intrinsic_crosses_to_llvmlite(builtins):
     assert declared == EMITTED
     optimised = set(re.findall(r"^declare .*? @([\w.]+)\(", builtins.cpu.llvm_ir, re.M))
     assert {name for name in optimised if not name.startswith("llvm.")} == {"malloc", "free"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs of STREAM_MIN_BYTES or more, rows cheap to compute: each row computed into scratch,
+# block by block, and copied out with non-temporal stores (a concatenation: whole), in
+# launches of several rows
+
+
+STREAMING = {
+    "stream_softmax": ("x: Tensor<f32>[m, n]", "Tensor<f32>[m, n]",
+                       "return softmax(x, axis=-1);", np.float32),
+    "stream_scale": ("x: Tensor<f16>[m, n]", "Tensor<f16>[m, n]", "return x * 0.5 + 1.0;",
+                     np.float16),
+    "stream_concat": ("x: Tensor<f32>[m, n]", "Tensor<f32>[m, 2*n]",
+                      "return concat(x, x * 2.0, axis=1);", np.float32),
+}
+
+
+@pytest.fixture(scope="module")
+def streaming(tmp_path_factory) -> Built:
+    source = "\n".join(f"func {name}({params}) -> {result} {{ {body} }}"
+                       for name, (params, result, body, _dtype) in STREAMING.items())
+    return build(source, tmp_path_factory.mktemp("streaming"))
+
+
+def streamed_rows(name: str, n: int) -> np.ndarray:
+    """An argument of ``name`` with rows of ``n`` whose result just reaches STREAM_MIN_BYTES."""
+    dtype = STREAMING[name][3]
+    row_bytes = n * np.dtype(dtype).itemsize * (2 if name == "stream_concat" else 1)
+    return rand((STREAM_MIN_BYTES // row_bytes + 1, n), dtype)
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING))
+@pytest.mark.parametrize("n", [4096, 4099])   # rows of whole cache lines, and not
+def test_streamed_outputs(streaming, name, n):
+    check(streaming, name, streamed_rows(name, n), pieces=3)
+
+
+def test_output_off_its_element_alignment_is_not_streamed(streaming):
+    """A float32 output two bytes off a multiple of 4 (NumPy allows it) would put its cache
+    lines' boundaries inside elements: it is stored as a small output is, and comes out
+    right."""
+    x = streamed_rows("stream_softmax", 4099)
+    memory = np.zeros(x.nbytes + 4, np.uint8)
+    out = memory[2:2 + x.nbytes].view(np.float32).reshape(x.shape)
+    assert not out.flags.aligned
+    call(streaming, "stream_softmax", [x], [out], pieces=2)
+    assert_close(out, run(streaming.reference, "stream_softmax", x), np.dtype(np.float32))

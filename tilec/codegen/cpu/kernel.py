@@ -17,14 +17,21 @@ How a row is computed: every tile value becomes a lazy value (:mod:`..common.row
 is computed until a value must be in memory.  A ``store_row`` evaluates its value's whole tree in
 one loop nest writing the output row; reductions and matmul read their operands lazily and
 leave their result in a float32 (int32) scratch buffer or, for one element, in a register;
-softmax leaves its exponentials in scratch, or in the float32 output row it is stored to, for
-that store to scale.  A value is also written to scratch when it is read more than once
-(two consumers, or a consumer that reads it twice: var, softmax, the right side of a matmul
-with rows) AND it contains a transcendental op; cheap values are recomputed.  Scratch buffers
-are allocated once per call before the row loop and reused by every row.  Arithmetic is
-float32 (int32); float16/bfloat16 are widened on load, narrowed on store, and rounded in
+softmax leaves its exponentials in scratch, or where the float32 output row it is stored to is
+computed, for that store to scale.  A value is also written to scratch when it is read more
+than once (two consumers, or a consumer that reads it twice: var, softmax, the right side of a
+matmul with rows) AND it contains a transcendental op; cheap values are recomputed.  Scratch
+buffers are allocated once per call before the row loop and reused by every row.  Arithmetic
+is float32 (int32); float16/bfloat16 are widened on load, narrowed on store, and rounded in
 registers at an explicit ``tile.cast``.  ``tile.check`` is the host's business (it knows the
 symbols before any kernel runs) and ``tile.hint`` has no effect here.
+
+Memory: before a row's passes, the contiguous input rows of the next grid point of the launch
+are prefetched into L2 (:meth:`_Kernel.prefetch_next_row`), so that their reads overlap this
+row's arithmetic.  A contiguous output row of an output of STREAM_MIN_BYTES or more (decided
+at run time) is computed block by block into a scratch row and copied out with non-temporal
+stores, which do not read the lines they overwrite (:meth:`_Kernel.row_out`); the kernel then
+ends with an ``sfence``.
 """
 from __future__ import annotations
 
@@ -33,13 +40,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from ...dialect.types import TensorInfo
+from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
-from ...mlir import arith, func, ir, memref, scf
-from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
-                           grid_dim, grid_point, kernel_target, narrow, next_grid_point,
-                           reduced_sizes, round_to, shape_of, spread, widen)
-from ..common.scalar import Num, const, f32, fabs, i64, index, multiply_add, sqrt, to_int
+from ...mlir import arith, func, ir, llvm, memref, scf
+from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
+                           argument_storage, grid_dim, grid_point, kernel_target, narrow,
+                           next_grid_point, reduced_sizes, round_to, shape_of, spread, widen)
+from ..common.scalar import (Num, const, f32, fabs, i32, i64, index, multiply_add, select,
+                             sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, reindex, row_major)
 from . import mathlib
@@ -61,18 +69,50 @@ class KernelSignature:
         return f"_mlir_ciface_{self.name}"
 
 
+CACHE_LINE_BYTES = 64
+PREFETCH_MIN_BYTES = 1024   # shorter rows are left to the hardware prefetchers
+# and so is a row's part beyond this: a longer burst of prefetches competes with the row's own
+# reads (SwiGLU's rows of 32 KiB lost 13% prefetched whole)
+PREFETCH_MAX_BYTES = 8192
+PREFETCH_TO_L2 = 2          # llvm.prefetch's locality 2: prefetcht1
+# An output at least this big is stored past the caches: on the machine this was tuned on
+# (2 cores, 2 MiB of L2 each), softmax and the norms won 7-35% streaming 48 MiB or more, broke
+# even at 32 MiB and lost 10-30% at 19 MiB and less (the output stays cached between calls).
+STREAM_MIN_BYTES = 32 << 20
+STREAM_VECTOR_BYTES = 32    # one AVX store, which a non-temporal store needs aligned
+# a streaming row is computed and stored out this much (whole lines) at a time
+STREAM_BLOCK_BYTES = 1024
+# Shorter rows do not stream: their partial lines at either end, written the ordinary way,
+# and the copy's set-up would cost more than the whole lines save (rope's rows of 128 lost 2x).
+STREAM_MIN_ROW_BYTES = 2048
 FUSED_ATTR = "tile.fused"
 REUSE_ATTR = "tile.reuse"
+
+
+@dataclass(frozen=True)
+class _RowOut:
+    """Where the row of an output at the current grid point is computed: ``target``, which is
+    ``dest``, the row's place in the output, or, for an output that may stream, a run-time
+    choice: when ``streams`` holds, the row of ``staging``, copied to ``dest`` afterwards
+    with non-temporal stores."""
+
+    target: View
+    dest: View
+    staging: Optional[View] = None
+    streams: Optional[Num] = None
 
 
 def _memref(storage: str) -> ir.Type:
     return ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], STORAGE[storage]())
 
 
-_SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
+# softmax's exponentials of x - max (never above 0): a Map op of this backend's own
+EXP_NONPOSITIVE = "exp_nonpositive"
+
 _FLOAT_UNARY: UnaryTable = {
+    EXP_NONPOSITIVE: mathlib.exp_nonpositive,
     "exp": mathlib.exp,
     "log": mathlib.log,
     "sqrt": sqrt,
@@ -82,8 +122,8 @@ _FLOAT_UNARY: UnaryTable = {
     "sigmoid": mathlib.sigmoid,
     "tanh": mathlib.tanh,
     "relu": lambda x: x.maximum(0.0),
-    "silu": lambda x: x * mathlib.sigmoid(x),
-    "gelu": lambda x: x * 0.5 * (mathlib.erf(x * _SQRT_HALF) + 1.0),
+    "silu": mathlib.silu,
+    "gelu": mathlib.gelu,
     "gelu_tanh": lambda x: x * 0.5 * (
         mathlib.tanh((x * x * x * 0.044715 + x) * _SQRT_2_OVER_PI) + 1.0),
     "sin": mathlib.sin,
@@ -107,6 +147,9 @@ class _Kernel(RowLowering):
             tuple(i.dtype for i in self.outputs), tuple(self.symbols), self.rank_generic,
             tuple(self.grid))
         self.deallocs: list[ir.Value] = []
+        self.rows_out: dict[int, _RowOut] = {}    # output number -> where its row goes
+        self.next_coords: list[Num] = []          # the grid point after ``coords``
+        self.next_row_in_launch: Optional[Num] = None   # whether this launch computes it
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
@@ -126,6 +169,9 @@ class _Kernel(RowLowering):
                 self.entry = ir.InsertionPoint(block)
                 self._bind_symbols(dims_buffer)
                 self._row_loop(Num(row_begin), Num(row_end))
+                if any(out.streams is not None for out in self.rows_out.values()):
+                    # non-temporal stores are weakly ordered: drain them before returning
+                    llvm.call_intrinsic(None, "llvm.x86.sse.sfence", [], [], [])
                 for buf in self.deallocs:
                     memref.dealloc(buf)
                 func.ReturnOp([])
@@ -158,13 +204,179 @@ class _Kernel(RowLowering):
         loop = scf.ForOp(row_begin.value, row_end.value, one.value, [c.value for c in carried])
         self.entry = ir.InsertionPoint(loop.operation)
         with ir.InsertionPoint(loop.body):
+            row = Num(loop.induction_variable)
             if carried:
                 self.coords = [Num(c) for c in loop.inner_iter_args]
+                self.next_coords = next_grid_point(self.coords, extents)
             elif extents:
-                self.coords = [Num(loop.induction_variable)]
+                self.coords, self.next_coords = [row], [row + 1]
+            self.next_row_in_launch = (row + 1).lt(row_end)
             self.body()
-            scf.YieldOp([c.value for c in next_grid_point(self.coords, extents)] if carried
-                        else [])
+            scf.YieldOp([c.value for c in self.next_coords] if carried else [])
+
+    def store_row(self, op: Any) -> None:
+        value = self.lazy(op.operands[0])
+        out = self.row_out(op, may_stream=not (isinstance(value, (Map, Concat))
+                                               and value.expensive))
+        if out.staging is None:
+            self.write(value, out.dest)
+        elif isinstance(value, Concat):    # written part by part: streamed out whole
+            self.write(value, out.target)
+            with ir.InsertionPoint(scf.IfOp(out.streams.value).then_block):
+                whole = (const(index(), 0), self.dim(out.dest.sizes[0]))
+                self.stream(out.staging, out.dest, *whole)
+                scf.YieldOp([])
+        else:
+            branch = scf.IfOp(out.streams.value, has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                self.write_streaming(value, out.staging, out.dest)
+                scf.YieldOp([])
+            with ir.InsertionPoint(branch.else_block):
+                self.write(value, out.dest)
+                scf.YieldOp([])
+
+    def row_out(self, store: Any, may_stream: bool = True) -> _RowOut:
+        """Where ``store`` (a ``tile.store_row``) writes the row of its output.  A contiguous
+        row of one axis of a big output (:meth:`streams`) streams, unless ``may_stream`` is
+        false: it is computed into a scratch row and copied out with non-temporal stores
+        (:meth:`write_streaming`), because stores that miss the cache read each line from
+        memory before writing it, and an output that big would not stay in the cache for its
+        reader anyway.  That pays where the row is cheap to compute and the time goes to
+        memory traffic (the last pass of softmax or a norm); a row of transcendentals keeps
+        the cores busy meanwhile and would only pay for the copy, so it does not stream (on
+        two cores GELU and SwiGLU lost 8-13% streamed)."""
+        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        if k in self.rows_out:
+            return self.rows_out[k]
+        dest = self.global_row(store, self.out_buffers[k], self.outputs[k])
+        out = _RowOut(dest, dest)
+        if may_stream and len(dest.sizes) == 1 and dest.strides[0] == ONE \
+                and dest.base is not None:
+            staging = self.staging_row(dest)
+            streams = self.streams(self.out_buffers[k], dest)
+            target = View(arith.select(streams.value, staging.buffer, dest.buffer), dest.storage,
+                          select(streams, const(index(), 0), dest.base), dest.offset,
+                          dest.sizes, dest.strides, dest.dtype)
+            out = _RowOut(target, dest, staging, streams)
+        self.rows_out[k] = out
+        return out
+
+    def write_streaming(self, x: Lazy, staging: View, dest: View) -> None:
+        """Compute the row ``x`` into ``staging`` and copy it to ``dest`` (:meth:`stream`) block
+        by block: the elements before the first cache-line boundary of ``dest``, then blocks of
+        STREAM_BLOCK_BYTES, so that the non-temporal stores drain while the next block is
+        computed, and each line but the row's first and last is written by them whole."""
+        count = self.dim(dest.sizes[0])
+        element = ELEMENT_BYTES[dest.storage]
+        head = (((0 - self.row_address(dest)) & (CACHE_LINE_BYTES - 1)) // element).minimum(count)
+        self.compute_and_stream(x, staging, dest, const(index(), 0), head)
+        block = const(index(), STREAM_BLOCK_BYTES // element)
+        blocks = scf.ForOp(head.value, count.value, block.value)
+        with ir.InsertionPoint(blocks.body):
+            lo = Num(blocks.induction_variable)
+            self.compute_and_stream(x, staging, dest, lo, (lo + block).minimum(count))
+            scf.YieldOp([])
+
+    def compute_and_stream(self, x: Lazy, staging: View, dest: View, lo: Num, hi: Num) -> None:
+        """Elements [lo, hi) of the row ``x`` computed into ``staging``, then streamed."""
+        elements = scf.ForOp(lo.value, hi.value, const(index(), 1).value)
+        with ir.InsertionPoint(elements.body):
+            ivs = [Num(elements.induction_variable)]
+            self.store(self.load(x, ivs, {}), staging, ivs)
+            scf.YieldOp([])
+        self.stream(staging, dest, lo, hi)
+
+    def row_address(self, row: View) -> Num:
+        """The address of the first element of the contiguous row ``row`` (the kernel ABI's
+        memrefs, like scratch, have offset 0)."""
+        first = self.address(row, [const(index(), 0)] * len(row.sizes))
+        pointer = Num(memref.extract_aligned_pointer_as_index(row.buffer))
+        return pointer + first * ELEMENT_BYTES[row.storage]
+
+    def staging_row(self, dest: View) -> View:
+        """A scratch row shaped and stored like ``dest``, allocated before the row loop."""
+        with self.entry:
+            buf = memref.alloc(_memref(dest.storage), [self.dim(_count(dest.sizes)).value], [],
+                               alignment=CACHE_LINE_BYTES)
+        self.deallocs.append(buf)
+        return View(buf, dest.storage, None, ZERO, dest.sizes, row_major(dest.sizes),
+                    dest.dtype)
+
+    def streams(self, buffer: ir.Value, row: View) -> Num:
+        """Whether the output ``buffer``, of rows ``row``, streams: at least STREAM_MIN_BYTES
+        in rows of at least STREAM_MIN_ROW_BYTES, its address a multiple of its element's size
+        (so that cache-line boundaries fall between elements)."""
+        element = ELEMENT_BYTES[row.storage]
+        with self.entry:
+            size = Num(memref.dim(buffer, const(index(), 0).value)) * element
+            row_bytes = self.dim(row.sizes[0]) * element
+            address = Num(memref.extract_aligned_pointer_as_index(buffer))
+            return (size.ge(STREAM_MIN_BYTES) & row_bytes.ge(STREAM_MIN_ROW_BYTES)
+                    & (address & (element - 1)).eq(0))
+
+    def stream(self, staging: View, dest: View, lo: Num, hi: Num) -> None:
+        """Copy elements [lo, hi) of the row ``staging`` to the contiguous row ``dest``: the
+        whole cache lines of ``dest`` among them with aligned 32-byte non-temporal stores,
+        which write a line without reading it first, the rest (the part of a line at either
+        end) with ordinary stores.  A line is never written both ways: mixing them would
+        flush it half written."""
+        element = ELEMENT_BYTES[dest.storage]
+        line = const(index(), CACHE_LINE_BYTES // element)
+        first = self.address(dest, [const(index(), 0)])
+        source = Num(memref.extract_aligned_pointer_as_index(staging.buffer))
+        target = self.row_address(dest)
+        misaligned = (target + lo * element) & (CACHE_LINE_BYTES - 1)
+        lines_begin = (lo + ((0 - misaligned) & (CACHE_LINE_BYTES - 1)) // element).minimum(hi)
+        lines_end = lines_begin + (hi - lines_begin) // line * line
+        for start, end in ((lo, lines_begin), (lines_end, hi)):
+            loop = scf.ForOp(start.value, end.value, const(index(), 1).value)
+            with ir.InsertionPoint(loop.body):
+                j = loop.induction_variable
+                memref.store(memref.load(staging.buffer, [j]), dest.buffer,
+                             [(first + Num(j)).value])
+                scf.YieldOp([])
+        vector = ir.VectorType.get([STREAM_VECTOR_BYTES // 4], i32())
+        step = const(index(), STREAM_VECTOR_BYTES // element)
+        loop = scf.ForOp(lines_begin.value, lines_end.value, step.value)
+        with ir.InsertionPoint(loop.body):
+            offset = Num(loop.induction_variable) * element
+            value = llvm.load(vector, _pointer(source + offset), alignment=element)
+            llvm.store(value, _pointer(target + offset), alignment=STREAM_VECTOR_BYTES,
+                       nontemporal=True)
+            scf.YieldOp([])
+
+    def load_row(self, op: Any) -> Lazy:
+        """The row that ``op`` loads, and the same row of the next grid point prefetched."""
+        row = super().load_row(op)
+        if isinstance(row, View):
+            self.prefetch_next_row(op, row)
+        return row
+
+    def prefetch_next_row(self, op: Any, row: View) -> None:
+        """Ask for the lines of the row that ``op`` loads at the next grid point (the first
+        PREFETCH_MAX_BYTES of it), into L2, when this launch computes that point and the row
+        is contiguous and at least PREFETCH_MIN_BYTES long: one prefetch per cache line, all
+        before this row's passes, so that the memory reads of the next row overlap this
+        row's arithmetic (the hardware's prefetchers start late on each page and stop at its
+        end)."""
+        if not self.grid or row.base is None or tuple(row.strides) != row_major(row.sizes):
+            return
+        current = self.coords
+        self.coords = self.next_coords
+        next_base = self.row_base(op, tensor_info(op.operands[0].type))
+        self.coords = current
+        elements = self.dim(_count(row.sizes))
+        element_bytes = ELEMENT_BYTES[row.storage]
+        wanted = self.next_row_in_launch & (elements * element_bytes).ge(PREFETCH_MIN_BYTES)
+        step = const(index(), CACHE_LINE_BYTES // element_bytes)
+        end = next_base + elements.minimum(const(index(), PREFETCH_MAX_BYTES // element_bytes))
+        with ir.InsertionPoint(scf.IfOp(wanted.value).then_block):
+            lines = scf.ForOp(next_base.value, end.value, step.value)
+            with ir.InsertionPoint(lines.body):
+                memref.prefetch(row.buffer, [lines.induction_variable], is_write=False,
+                                locality_hint=PREFETCH_TO_L2, is_data_cache=True)
+                scf.YieldOp([])
+            scf.YieldOp([])
 
     # -- loops and memory ----------------------------------------------------------------------
     @contextmanager
@@ -298,29 +510,30 @@ class _Kernel(RowLowering):
         return reindex(acc, out_sizes, source)
 
     def softmax(self, op: Any) -> Lazy:
-        """Three passes over the row: its max; ``exp(x - max)`` written out while it is
-        summed; the consumer's pass, which reads those back times ``1 / sum``.  The max
-        ignores NaN (cheaper than ``maximum``): a NaN, or an inf, in the row still makes the
-        sum, and so every result, NaN, as in the reference.  The exponentials go to the
-        output row itself when the result is only stored there as float32, so that the
-        stores' memory traffic overlaps the exponentials and the last pass stays in cache;
-        else to scratch."""
+        """Three passes over the row: its max (:func:`_stabilising_max`); ``exp(x - max)``
+        (never above 1: :func:`~.mathlib.exp_nonpositive`) written out while it is summed; the
+        consumer's pass, which reads those back times ``1 / sum``.  A NaN, or an inf, in the
+        row makes the sum, and so every result, NaN, as in the reference.  The exponentials
+        go where the output row is computed (:meth:`output_row`: the row itself, or the
+        scratch row it streams from) when the result is only stored there as float32, so
+        that the last pass stays in cache; else to scratch."""
         x = self.readable(self.lazy(op.operands[0]))
         axis = len(x.sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
-        top = self.combine_over(x, [axis], _max_ignoring_nan, -math.inf, True)
+        top = self.combine_over(x, [axis], _stabilising_max, -math.inf, True)
         shifted = Map("sub", (x, spread(top, x.sizes, [axis])), x.sizes, x.dtype)
         exps = self.output_row(op.results[0]) or self.scratch(x.sizes, x.dtype)
-        total = self.combine_over(Map("exp", (shifted,), x.sizes, x.dtype), [axis], _sum, 0.0,
-                                  True, copy_to=exps)
+        total = self.combine_over(Map(EXP_NONPOSITIVE, (shifted,), x.sizes, x.dtype), [axis],
+                                  _sum, 0.0, True, copy_to=exps)
         if isinstance(total, Splat):
             inverse = Splat(1.0 / total.value, x.sizes, x.dtype)
             return Map("mul", (exps, inverse), x.sizes, x.dtype)
         return Map("div", (exps, spread(total, x.sizes, [axis])), x.sizes, x.dtype)
 
     def output_row(self, value: Any) -> Optional[View]:
-        """The float32 output row that ``value`` is stored to, if storing it there is its one
-        use and the output shares no other buffer's memory (``tile.reuse``), so that it can
-        hold partial results until the store; else None."""
+        """Where the float32 output row that ``value`` is stored to is computed
+        (:meth:`row_out`), if storing it there is its one use and the output shares no other
+        buffer's memory (``tile.reuse``), so that it can hold partial results until the
+        store; else None."""
         uses = [use.owner.operation for use in value.uses]
         if len(uses) != 1 or uses[0].name != "tile.store_row":
             return None
@@ -328,7 +541,7 @@ class _Kernel(RowLowering):
         k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
         if self.outputs[k].dtype != "float32" or self.reused(k):
             return None
-        return self.global_row(store, self.out_buffers[k], self.outputs[k])
+        return self.row_out(store).target
 
     def reused(self, output: int) -> bool:
         """Whether output number ``output`` takes the memory of another buffer."""
@@ -361,15 +574,31 @@ class _Kernel(RowLowering):
 
 
 
+def _count(sizes: Sequence[Dim]) -> Dim:
+    """The number of elements of a row of ``sizes``."""
+    count = ONE
+    for d in sizes:
+        count = count * d
+    return count
+
+
+def _pointer(address: Num) -> ir.Value:
+    """An ``!llvm.ptr`` to the byte at index value ``address``."""
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr"), to_int(address, i64()).value)
+
+
 def _sum(a: Num, b: Num) -> Num:
     """``a + b`` that LLVM may reassociate, so that a sum over a loop vectorises."""
     return Num(arith.addf(a.value, b.value, fastmath=arith.FastMathFlags.reassoc))
 
 
-def _max_ignoring_nan(acc: Num, x: Num) -> Num:
-    """``max(acc, x)``, NaN only when both are (``maxnumf``): cheaper on x86 than the
-    NaN-propagating ``maximumf``, and LLVM still vectorises it as a reduction."""
-    return Num(arith.maxnumf(acc.value, x.value))
+def _stabilising_max(acc: Num, x: Num) -> Num:
+    """``max(acc, x)`` for softmax's shift: ``maxnumf`` marked ``nnan``, which LLVM
+    vectorises to one ``vmaxps`` per vector (NaN blends dropped; it still leaves the vector
+    loop at a NaN).  The mark promises no NaN, which a row may break, and then the max is
+    unspecified; the results are not: that NaN's own ``x - max`` is NaN whatever the max, so
+    the sum, and every result, is NaN, as in the reference."""
+    return Num(arith.maxnumf(acc.value, x.value, fastmath=arith.FastMathFlags.nnan))
 
 
 # reduction kind -> (combining step, identity); the language reduces float values only

@@ -9,19 +9,29 @@ Each function stays within a few float32 ulp of the exact result over the whole 
 (erf: within an absolute error, all GELU needs), inf and NaN as NumPy has them;
 ``test_cpu_mathlib.py`` measures the errors:
 
-- ``exp``: Cody-Waite reduction by ln 2, Cephes degree-7 polynomial, scaling by two powers of
-  two so that subnormal results are rounded once.  x / ln 2 is rounded to an integer by adding
-  1.5 * 2**23, whose sum holds that integer in its low bits: no float -> int conversion (poison
-  for NaN), so a NaN flows through as arithmetic, needing no select.
+- ``exp``: x = n ln 2 + r with |r| <= ln 2 / 2 (Cody-Waite: ln 2 in two parts), e^r = 1 + w
+  with w = r + r^2 Q(r), Q of degree 4 a minimax fit made for tilec (a linear program on a
+  dense grid of the relative error, coefficients rounded to float32 one by one from the
+  lowest, the others refitted: 3.1e-9 relative), and 2**n (1 + w) = fma(w, 2**n, 2**n), one
+  rounding.  x / ln 2 is rounded to an integer by adding 1.5 * 2**23 (one fma), whose sum
+  holds n in its low bits: no float -> int conversion (poison for NaN), so a NaN flows
+  through as arithmetic, needing no select.  ``exp`` scales by two powers of two so that
+  subnormal results come out right; ``exp_nonpositive`` (softmax's exp(x - max)) and the
+  1 + exp(x) of ``sigmoid`` and ``tanh`` need only results that are normal floats or
+  negligible beside 1 (or inf), and scale once, by 2**n built from the sum's bits shifted
+  into the exponent field: +0 for n = -127, inf for n = 128.
 - ``log``: exponent/mantissa split (subnormals rescaled first), Cephes polynomial.
 - ``tanh``: Cephes odd polynomial for |x| < 0.625, else ``1 - 2 / (exp(2|x|) + 1)``.
-- ``sigmoid``: ``1 / (1 + exp(-x))``; below -88.7, where exp(-x) overflows, that is 0 (the
-  exact value is below 3e-39).
-- ``erf``: one rational function ``x * P(x^2) / Q(x^2)`` of x limited to [-4, 4] (float32's
-  erf is +-1 beyond 3.92), the result limited to [-1, 1]: no exp, no branch to select.  P and
-  Q (degree 5, positive coefficients, so evaluation never cancels) are a minimax fit made for
-  tilec (Lawson-reweighted least squares, P(0) = 2/sqrt(pi)): 2.4e-8 in exact arithmetic;
-  float32's rounding of P and Q makes it about 3.5e-7 absolute near +-1.
+- ``sigmoid``: ``1 / (1 + exp(-x))`` with -x limited to [-88, 88.8]: 1 above x = 87.68, 0
+  below x = -88.37 (the exact value is below 5e-39); ``silu``: ``x / (1 + exp(-x))``, one
+  rounding fewer than x * sigmoid(x).
+- ``erf_nonnegative``: erf of x >= 0, one rational function ``x * P(x^2) / Q(x^2)`` of x
+  limited to 4 (float32's erf is 1 beyond 3.92), the result limited to 1: no exp, no branch
+  to select.  P and Q (degree 5, positive coefficients, so evaluation never cancels) are a
+  minimax fit made for tilec (Lawson-reweighted least squares, P(0) = 2/sqrt(pi)): 2.4e-8 in
+  exact arithmetic; float32's rounding of P and Q makes it about 3.5e-7 absolute near 1.
+- ``gelu``: ``x Phi(x) = h + |h| erf(|x| / sqrt 2)`` with h = x / 2 (x erf(x) is even), that
+  sum one fma: exact cancellation (0) where erf is 1 and x < 0.
 - ``sin``/``cos``: x * 2/pi modulo 4 in float64, with 2/pi in pieces whose products with a
   float32 are exact (so any float32 reduces accurately), Cephes polynomials on [-pi/4, pi/4].
 - ``pow``: ``exp(b * log|a|)`` with NumPy's signs and special cases.
@@ -36,10 +46,12 @@ from ..common.scalar import (Num, bitcast, const, f32, f64, fabs, floor, horner,
 # Cody-Waite split of ln 2: the first part has 9 significant bits, so n * LN2_HI is exact.
 LN2_HI = 0.693359375
 LN2_LO = -2.12194440e-4
-EXP_POLY = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-            1.6666665459e-1, 5.0000001201e-1]
+# e^r = 1 + r + r^2 * EXP_Q(r) for |r| <= ln 2 / 2 (coefficients from the highest)
+EXP_Q = [1.3820052e-3, 8.368683e-3, 4.1668274e-2, 1.6666521e-1, 4.9999994e-1]
 EXP_MAX = 88.8     # exp overflows above 88.72
 EXP_MIN = -104.0   # exp underflows to zero below -103.97
+# where the exp that scales once has n = round(x / ln 2) = -127, whose 2**n is +0
+EXP_NORMAL_MIN = -88.0
 # 1.5 * 2**23: a float32 of magnitude below 2**22 plus this is rounded to an integer (to even),
 # which the sum's mantissa holds in its low bits: bits(sum) - ROUNDING_SHIFT_BITS
 ROUNDING_SHIFT = 12582912.0
@@ -68,11 +80,19 @@ SIN_POLY = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
 COS_POLY = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
 
 
-def _limit(x: Num, lo: float, hi: float) -> Num:
-    """``x`` limited to [lo, hi]; NaN stays NaN (each select keeps ``x`` when its comparison
-    is false)."""
-    x = select(x.lt(lo), lo, x)
+def _at_least(x: Num, lo: float) -> Num:
+    """``max(x, lo)``; NaN stays NaN (the select keeps ``x`` when its comparison is false)."""
+    return select(x.lt(lo), lo, x)
+
+
+def _at_most(x: Num, hi: float) -> Num:
+    """``min(x, hi)``; NaN stays NaN."""
     return select(x.gt(hi), hi, x)
+
+
+def _limit(x: Num, lo: float, hi: float) -> Num:
+    """``x`` limited to [lo, hi]; NaN stays NaN."""
+    return _at_most(_at_least(x, lo), hi)
 
 
 def _pow2(k: Num) -> Num:
@@ -80,15 +100,43 @@ def _pow2(k: Num) -> Num:
     return bitcast((k + 127) << 23, f32())
 
 
-def exp(x: Num) -> Num:
-    xc = _limit(x, EXP_MIN, EXP_MAX)
-    shifted = xc * (1.0 / math.log(2.0)) + ROUNDING_SHIFT
+def _exp_parts(x: Num) -> tuple[Num, Num]:
+    """``(shifted, w)`` with x = n ln 2 + r, ``shifted`` = 1.5 * 2**23 + n and
+    w = e^r - 1."""
+    shifted = multiply_add(x, 1.0 / math.log(2.0), ROUNDING_SHIFT)
     n = shifted - ROUNDING_SHIFT
-    r = multiply_add(n, -LN2_LO, multiply_add(n, -LN2_HI, xc))
-    y = multiply_add(horner(r, EXP_POLY), r * r, r) + 1.0
-    k = bitcast(shifted, i32()) - ROUNDING_SHIFT_BITS
-    half = k >> 1
-    return y * _pow2(half) * _pow2(k - half)
+    r = multiply_add(n, -LN2_LO, multiply_add(n, -LN2_HI, x))
+    return shifted, multiply_add(horner(r, EXP_Q), r * r, r)
+
+
+def exp(x: Num) -> Num:
+    shifted, w = _exp_parts(_limit(x, EXP_MIN, EXP_MAX))
+    n = bitcast(shifted, i32()) - ROUNDING_SHIFT_BITS
+    half = n >> 1
+    first = _pow2(n - half)
+    return multiply_add(w, first, first) * _pow2(half)
+
+
+def _scale(shifted: Num) -> Num:
+    """2**n from ``shifted`` = 1.5 * 2**23 + n, its bits shifted into the exponent field: a
+    normal float32 for n in [-126, 127], +0 for n = -127, inf for n = 128."""
+    return bitcast((bitcast(shifted, i32()) << 23) + 0x3F800000, f32())
+
+
+def exp_nonpositive(x: Num) -> Num:
+    """e^x for x <= 0 or NaN (softmax's x - max), scaled once: within 1 ulp where e^x is a
+    normal float32 (x >= -87.33), exactly 0 where n = -127 (x < -87.68, -inf included), in
+    between e^x within 1 ulp of a subnormal."""
+    shifted, w = _exp_parts(_at_least(x, EXP_NORMAL_MIN))
+    scale = _scale(shifted)
+    return multiply_add(w, scale, scale)
+
+
+def _one_plus_exp(x: Num) -> Num:
+    """1 + e^x for x in [EXP_NORMAL_MIN, EXP_MAX] (or NaN), scaled once: exactly 1 where
+    n = -127 (x < -87.68), inf where n = 128 (x > 88.37)."""
+    shifted, w = _exp_parts(x)
+    return multiply_add(w + 1.0, _scale(shifted), 1.0)
 
 
 def log(x: Num) -> Num:
@@ -113,19 +161,33 @@ def tanh(x: Num) -> Num:
     a = fabs(x)
     z = x * x
     small = horner(z, TANH_POLY) * z * x + x
-    big = 1.0 - 2.0 / (exp(a + a) + 1.0)
+    big = 1.0 - 2.0 / _one_plus_exp(_at_most(a + a, EXP_MAX))
     big = select(x.lt(0.0), -big, big)
     return select(a.ge(TANH_SMALL), big, small)
 
 
+def _one_plus_exp_of_minus(x: Num) -> Num:
+    return _one_plus_exp(_limit(-x, EXP_NORMAL_MIN, EXP_MAX))
+
+
 def sigmoid(x: Num) -> Num:
-    return 1.0 / (exp(-x) + 1.0)
+    return 1.0 / _one_plus_exp_of_minus(x)
 
 
-def erf(x: Num) -> Num:
-    xc = _limit(x, -ERF_SATURATES, ERF_SATURATES)
+def silu(x: Num) -> Num:
+    return x / _one_plus_exp_of_minus(x)
+
+
+def erf_nonnegative(x: Num) -> Num:
+    """erf(x) for x >= 0 or NaN (GELU's erf(|x| / sqrt 2))."""
+    xc = _at_most(x, ERF_SATURATES)
     t = xc * xc
-    return _limit(xc * horner(t, ERF_P) / horner(t, ERF_Q), -1.0, 1.0)
+    return _at_most(xc * horner(t, ERF_P) / horner(t, ERF_Q), 1.0)
+
+
+def gelu(x: Num) -> Num:
+    half = x * 0.5
+    return multiply_add(fabs(half), erf_nonnegative(fabs(x) * SQRT_HALF), half)
 
 
 def _sin_cos(x: Num, quarter_turns: int) -> Num:
