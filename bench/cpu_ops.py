@@ -646,8 +646,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--warmup", type=int, default=Settings.warmup,
                    help=f"untimed calls first (default {Settings.warmup})")
     p.add_argument("-o", dest="output",
-                   help="also write the report here (default: bench/results/cpu-DATE.md, "
-                        "none with --quick)")
+                   help="also write the report here (default: bench/results/cpu-DATE.md for a "
+                        "full run: every op, with the torch peers, not --quick)")
     p.add_argument("--thp-child", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     ops = [op for op in args.ops.split(",") if op]
@@ -671,8 +671,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     thp = {} if args.no_torch else thp_times(ops, settings)
     text = report(cases, thp, peers, settings, (load_before, os.getloadavg()[0]))
     sys.stdout.write(text)
-    output = args.output or (None if args.quick else
-                             BENCH / "results" / f"cpu-{datetime.date.today().isoformat()}.md")
+    full = not args.quick and not args.no_torch and set(ops) == set(OPS)
+    output = args.output or (BENCH / "results" / f"cpu-{datetime.date.today().isoformat()}.md"
+                             if full else None)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text)
