@@ -171,6 +171,8 @@ BUILTINS: dict[str, Case] = {
                                "return reduce_sum(x, axes=[0, 2]) * 0.5;", amn()),
     "softmax_last": Case(MN, F32, "return softmax(x, axis=-1);", xs(np.float32)),
     "softmax_first": Case(MN, F32, "return softmax(x, axis=0);", xs(np.float32)),
+    "softmax_last_bf16": Case("x: Tensor<bf16>[m, n]", "Tensor<bf16>[m, n]",
+                              "return softmax(x, axis=-1);", xs(ml_dtypes.bfloat16)),
     "softmax_middle": Case("x: Tensor<f16>[a, m, n]", "Tensor<f16>[a, m, n]",
                            "return softmax(x * 3.0, axis=-2);", amn(np.float16)),
     "transpose_2d": Case(MN, "Tensor<f32>[n, m]", "return transpose(x, perm=[1, 0]) + 1.0;",
@@ -261,12 +263,15 @@ def softmax_rows(n: int = 100) -> np.ndarray:
 
 
 def test_softmax_special_values(builtins):
-    """NaN and inf through each way softmax is lowered: into the float32 output row (last
-    axis), along a column (first axis), and through float16 scratch (middle axis)."""
+    """NaN and inf through each way softmax is lowered: into the output row (last axis; in
+    float32, and in bfloat16, where the exponentials are rounded to it once more), along a
+    column (first axis), and through float16 scratch (middle axis)."""
     rows = softmax_rows()
     got = check(builtins, "softmax_last", rows)[0]
     assert np.isnan(got[:6]).all() and not np.isnan(got[6:]).any()
     check(builtins, "softmax_first", rows.T.copy())
+    got = check(builtins, "softmax_last_bf16", rows.astype(ml_dtypes.bfloat16))[0]
+    assert np.isnan(got[:6].astype(np.float32)).all()
     with np.errstate(over="ignore"):     # the largest floats become inf in float16
         check(builtins, "softmax_middle", rows.T[None].astype(np.float16))
 
