@@ -52,7 +52,7 @@ from ..common.rows import (ELEMENT_BYTES, SCRATCH, STORAGE, RowLowering, UnaryTa
                            reduced_sizes, round_to, shape_of, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
-                             reindex, row_major, slice_part)
+                             concat_parts, reindex, row_major)
 
 MODULE = "tilec_kernels"
 SHARED_SYMBOL = "__tilec_shared"
@@ -548,10 +548,8 @@ class _Lowering(RowLowering):
     def write(self, x: Lazy, dest: View) -> None:
         """Compute ``x`` into ``dest`` (a concatenation part by part)."""
         if isinstance(x, Concat):
-            a, b = x.parts
-            width = a.sizes[x.axis]
-            self.write(a, slice_part(dest, x.axis, ZERO, width))
-            self.write(b, slice_part(dest, x.axis, width, b.sizes[x.axis]))
+            for part, into in concat_parts(x, dest):
+                self.write(part, into)
             return
 
         self.sweep(x, [], dest=dest)
