@@ -15,9 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ...dims import Dim
-
-LEAD = "..."
-"""The symbol standing for the product of the ``...`` extents (as in the CPU lowering)."""
+from ..common.values import LEAD
 
 class Code:
     """Lines of C++ with the current indentation."""

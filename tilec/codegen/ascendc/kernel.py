@@ -25,12 +25,13 @@ from typing import Any, Optional, Sequence
 from ...diagnostics import DiagnosticSink, TilecError
 from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
-from ...dims import ELLIPSIS, Dim, parse_dim
+from ...dims import Dim
 from ...mlir import ir
 from ..common.values import ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, reindex, row_major
 from . import cxx
 from .cxx import Code, f32, i32
-from .lazy import LEAD_DIM, Base, Gm, grid_var, numel, reshaped, shape_of, small_power, spread
+from ..common.layout import LayoutOps, grid_dim, ints, shape_of, strings
+from .lazy import Base, Gm, grid_var, numel, reshaped, small_power, spread
 from .plan import GATHER, reduce_work_floats
 from .reduce import Reducer
 from .source import render_kernel
@@ -48,14 +49,6 @@ PREDICATES = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!
 ELEMENTWISE = frozenset({"exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid",
                          "tanh", "relu", "silu", "gelu", "gelu_tanh", "sin", "cos", "add",
                          "sub", "mul", "div", "max", "min", "pow", "select", "cast"})
-
-
-def _strings(attr: Any) -> list[str]:
-    return [ir.StringAttr(a).value for a in attr]
-
-
-def _ints(attr: Any) -> list[int]:
-    return [int(a) for a in attr]
 
 
 @dataclass(frozen=True)
@@ -91,7 +84,7 @@ def cache_hints(fn: Any) -> dict[int, dict[str, Any]]:
         if "name" in d:
             hints[k] = {"name": ir.StringAttr(d["name"]).value,
                         "level": ir.StringAttr(d["level"]).value,
-                        "reused_over": _strings(d["reused_over"])}
+                        "reused_over": strings(d["reused_over"])}
     return hints
 
 
@@ -109,8 +102,8 @@ class AscendKernel:
         kernel = ir.DictAttr(fn.attributes[KERNEL_ATTR])
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
         self.entry = f"tilec_{self.name}"
-        self.grid = _strings(kernel["grid"])
-        self.symbols = _strings(kernel["symbols"])
+        self.grid = strings(kernel["grid"])
+        self.symbols = strings(kernel["symbols"])
         self.inputs = [tensor_info(t) for t in fn.type.inputs]
         self.outputs = [tensor_info(t) for t in fn.type.results]
         self.rank_generic = any(i.rank_generic for i in self.inputs + self.outputs)
@@ -118,7 +111,7 @@ class AscendKernel:
         self.hints = cache_hints(fn)
 
     def grid_extent(self, j: int) -> Dim:
-        return LEAD_DIM if self.grid[j] == ELLIPSIS else parse_dim(self.grid[j])
+        return grid_dim(self.grid[j])
 
     def generate(self) -> KernelSource:
         """The kernel's source: rows and row flattened where that works (no reduction,
@@ -170,7 +163,7 @@ class AscendKernel:
         return lowering
 
 
-class _Lowering(Reducer):
+class _Lowering(Reducer, LayoutOps):
     """The lazy values of one row and the code that materialises them."""
 
     def __init__(self, kernel: AscendKernel, flat: bool, hints: bool,
@@ -241,13 +234,6 @@ class _Lowering(Reducer):
             return self.elementwise(op, short)
         raise TilecError(f"ascend backend: cannot lower '{name}'", span_of(op.location))
 
-    def lazy(self, value: Any) -> Lazy:
-        return self.env[value]
-
-    @staticmethod
-    def result_info(op: Any) -> TensorInfo:
-        return tensor_info(op.results[0].type)
-
     def op_load_row(self, op: Any) -> Lazy:
         index = ir.BlockArgument(op.operands[0]).arg_number
         view = self.global_row(op, self.gm_in[index], self.k.inputs[index])
@@ -266,7 +252,7 @@ class _Lowering(Reducer):
         of load_row/store_row: a grid-indexed axis of extent 1 is read at index 0)."""
         shape = shape_of(info)
         strides = row_major(shape)
-        axes = _ints(op.attributes["axes"])
+        axes = ints(op.attributes["axes"])
         terms = []
         for j, axis in enumerate(axes):
             if axis < 0 or shape[axis] == ONE:
@@ -301,56 +287,16 @@ class _Lowering(Reducer):
             return Splat(self.scalar_op(name, operands, dtype), map_sizes(operands), dtype)
         return Map(name, tuple(operands), map_sizes(operands), dtype)
 
-    def op_cmp(self, op: Any) -> Lazy:
-        return self.elementwise(op, "cmp." + ir.StringAttr(op.attributes["predicate"]).value)
-
-    def op_broadcast(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        sizes = shape_of(self.result_info(op))
-        k = len(sizes) - len(x.sizes)
-        source = [None if j < k or (x.sizes[j - k] == ONE and sizes[j] != ONE) else j - k
-                  for j in range(len(sizes))]
-        return self.reindexed(x, sizes, source)
-
-    def op_slice(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        starts = [parse_dim(s) for s in _strings(op.attributes["starts"])]
-        k = len(x.sizes) - len(starts)
-        return self.reindexed(x, shape_of(self.result_info(op)), range(len(x.sizes)),
-                              [ZERO] * k + starts)
-
-    def op_transpose(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        perm = _ints(op.attributes["perm"])
-        k = len(x.sizes) - len(perm)
-        return self.reindexed(x, shape_of(self.result_info(op)),
-                              list(range(k)) + [k + p for p in perm])
-
-    def op_reshape(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        sizes = shape_of(self.result_info(op))
-        old = [a for a, d in enumerate(x.sizes) if d != ONE]
-        new = [j for j, d in enumerate(sizes) if d != ONE]
-        if [x.sizes[a] for a in old] == [sizes[j] for j in new]:
-            source: list[Optional[int]] = [None] * len(sizes)
-            for a, j in zip(old, new):
-                source[j] = a
-            return self.reindexed(x, sizes, source)
+    def reshape_copy(self, x: Lazy, sizes: Sequence[Dim]) -> Lazy:
         moved = reshaped(x, sizes)
         if moved is None:
             moved = reshaped(self.copy(x), sizes)
         assert moved is not None, "a row-major copy always reshapes"
         return moved
 
-    def op_concat(self, op: Any) -> Lazy:
-        a, b = (self.lazy(v) for v in op.operands)
-        sizes = shape_of(self.result_info(op))
-        axis = len(sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
-        return Concat((a, b), axis, sizes, self.result_info(op).dtype)
-
     def op_reduce(self, op: Any) -> Lazy:
         x = self.readable(self.lazy(op.operands[0]))
-        axes = sorted(len(x.sizes) + a for a in _ints(op.attributes["axes"]))
+        axes = sorted(len(x.sizes) + a for a in ints(op.attributes["axes"]))
         keepdims = bool(ir.BoolAttr(op.attributes["keepdims"]).value)
         return self.reduction(x, axes, ir.StringAttr(op.attributes["kind"]).value, keepdims)
 

@@ -12,13 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from ...dialect.types import TensorInfo
-from ...dims import ELLIPSIS, Dim
+from ...dims import Dim
 from ..common.values import ONE, ZERO, Concat, Lazy, Map, Splat, View, reindex, row_major
 from . import cxx
-from .cxx import LEAD
-
-LEAD_DIM = Dim.sym(LEAD)
 
 
 @dataclass(frozen=True)
@@ -61,11 +57,6 @@ def is_grid(var: str) -> bool:
 def view_key(v: View) -> tuple:
     """What identifies the elements of a view (two views with one key load once)."""
     return (v.buffer, v.base, v.offset, v.sizes, v.strides)
-
-
-def shape_of(info: TensorInfo) -> tuple[Dim, ...]:
-    """A tensor's dimensions, ``...`` as the one axis of extent :data:`LEAD_DIM`."""
-    return tuple(LEAD_DIM if d == ELLIPSIS else d for d in info.shape)
 
 
 def numel(sizes: Sequence[Dim]) -> Dim:

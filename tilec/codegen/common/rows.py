@@ -21,15 +21,15 @@ from typing import Any, Callable, Optional, Sequence
 from ...diagnostics import TilecError
 from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
-from ...dims import ELLIPSIS, Dim, parse_dim
+from ...dims import Dim
 from ...mlir import arith, ir, scf
+from .layout import LayoutOps, grid_dim, ints, shape_of, strings
 from .scalar import (Num, bitcast, const, f32, i16, i32, i64, index, select, to_float, to_int,
                      zero_extend)
-from .values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, map_sizes,
+from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, map_sizes,
                      reindex, row_major)
 
 KERNEL_ATTR = "tile.kernel"
-LEAD_DIM = Dim.sym(LEAD)
 
 STORAGE = {"float16": ir.F16Type.get, "bfloat16": ir.BF16Type.get, "float32": f32,
            "int32": i32}
@@ -37,28 +37,11 @@ SCRATCH = {"f32": "float32", "i32": "int32"}
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
 
 
-def shape_of(info: TensorInfo) -> tuple[Dim, ...]:
-    """A tensor's dimensions, ``...`` as the one axis of extent :data:`LEAD_DIM`."""
-    return tuple(LEAD_DIM if d == ELLIPSIS else d for d in info.shape)
-
-
-def grid_dim(entry: str) -> Dim:
-    return LEAD_DIM if entry == ELLIPSIS else parse_dim(entry)
-
-
 def argument_storage(info: TensorInfo) -> str:
     """Element type of an argument's buffer: a scalar of any float type comes as float32."""
     if info.shape == () and info.dtype != "int32":
         return "float32"
     return info.dtype
-
-
-def strings(attr: Any) -> list[str]:
-    return [ir.StringAttr(a).value for a in attr]
-
-
-def ints(attr: Any) -> list[int]:
-    return [int(a) for a in attr]
 
 
 def grid_point(row: Num, extents: Sequence[Num]) -> list[Num]:
@@ -172,9 +155,10 @@ def apply(op: str, args: Sequence[Num], dtype: str, source: str, unary: UnaryTab
 # One row
 
 
-class RowLowering:
+class RowLowering(LayoutOps):
     """The backend-independent part of lowering one kernel: symbols and dimensions, the op
-    handlers that build lazy values, materialisation, softmax and the var/mean reductions.
+    handlers that build lazy values (the layout ones from :class:`.layout.LayoutOps`),
+    materialisation, softmax and the var/mean reductions.
     A subclass provides the frame and: ``load``, ``write``, ``scratch``, ``copy``,
     ``full_reduction`` (one reduction kind over axes), ``matmul``, ``scalar_argument`` and
     the buffers ``arg_buffers`` / ``out_buffers``."""
@@ -282,13 +266,6 @@ class RowLowering:
             return 2 if len(tensor_info(consumer.operands[0].type).shape) > 1 else 1
         return 1
 
-    def lazy(self, value: Any) -> Lazy:
-        return self.env[value]
-
-    @staticmethod
-    def result_info(op: Any) -> TensorInfo:
-        return tensor_info(op.results[0].type)
-
     def fold(self, sizes: Sequence[Dim], init: Num,
              step: Callable[[list[Num], Num], Num]) -> Num:
         """``acc = step(indices, acc)`` over a sequential loop nest on ``sizes``, from ``init``."""
@@ -391,50 +368,10 @@ class RowLowering:
     def apply(self, op: str, args: Sequence[Num], dtype: str, source: str) -> Num:
         raise NotImplementedError
 
-    def cmp(self, op: Any) -> Lazy:
-        return self.elementwise(op, "cmp." + ir.StringAttr(op.attributes["predicate"]).value)
-
-    def broadcast(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        sizes = shape_of(self.result_info(op))
-        k = len(sizes) - len(x.sizes)
-        source = [None if j < k or (x.sizes[j - k] == ONE and sizes[j] != ONE) else j - k
-                  for j in range(len(sizes))]
-        return self.reindexed(x, sizes, source)
-
-    def slice(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        starts = [parse_dim(s) for s in strings(op.attributes["starts"])]
-        k = len(x.sizes) - len(starts)
-        return self.reindexed(x, shape_of(self.result_info(op)), range(len(x.sizes)),
-                              [ZERO] * k + starts)
-
-    def transpose(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        perm = ints(op.attributes["perm"])
-        k = len(x.sizes) - len(perm)
-        return self.reindexed(x, shape_of(self.result_info(op)),
-                              list(range(k)) + [k + p for p in perm])
-
-    def reshape(self, op: Any) -> Lazy:
-        x = self.lazy(op.operands[0])
-        sizes = shape_of(self.result_info(op))
-        old = [a for a, d in enumerate(x.sizes) if d != ONE]
-        new = [j for j, d in enumerate(sizes) if d != ONE]
-        if [x.sizes[a] for a in old] == [sizes[j] for j in new]:
-            source: list[Optional[int]] = [None] * len(sizes)
-            for a, j in zip(old, new):
-                source[j] = a
-            return self.reindexed(x, sizes, source)
+    def reshape_copy(self, x: Lazy, sizes: Sequence[Dim]) -> Lazy:
         view = x if isinstance(x, View) and x.is_row_major() else self.copy(x)
         return View(view.buffer, view.storage, view.base, view.offset, sizes, row_major(sizes),
                     view.dtype)
-
-    def concat(self, op: Any) -> Lazy:
-        a, b = (self.lazy(v) for v in op.operands)
-        sizes = shape_of(self.result_info(op))
-        axis = len(sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
-        return Concat((a, b), axis, sizes, self.result_info(op).dtype)
 
     def reduce(self, op: Any) -> Lazy:
         x = self.readable(self.lazy(op.operands[0]))
@@ -536,12 +473,12 @@ _HANDLERS: dict[str, str] = {
     "tile.load_row": "load_row",
     "tile.store_row": "store_row",
     "tile.constant": "constant",
-    "tile.cmp": "cmp",
-    "tile.broadcast": "broadcast",
-    "tile.slice": "slice",
-    "tile.transpose": "transpose",
-    "tile.reshape": "reshape",
-    "tile.concat": "concat",
+    "tile.cmp": "op_cmp",
+    "tile.broadcast": "op_broadcast",
+    "tile.slice": "op_slice",
+    "tile.transpose": "op_transpose",
+    "tile.reshape": "op_reshape",
+    "tile.concat": "op_concat",
     "tile.reduce": "reduce",
     "tile.softmax": "softmax",
     "tile.matmul": "matmul",

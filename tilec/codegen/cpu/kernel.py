@@ -43,9 +43,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import arith, func, ir, llvm, memref, scf
+from ..common.layout import grid_dim, shape_of
 from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
-                           argument_storage, grid_dim, grid_point, kernel_target, narrow,
-                           next_grid_point, reduced_sizes, round_to, shape_of, spread, widen)
+                           argument_storage, grid_point, kernel_target, narrow,
+                           next_grid_point, reduced_sizes, round_to, spread, widen)
 from ..common.scalar import (Num, const, f32, fabs, i32, i64, index, multiply_add, select,
                              sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,

@@ -47,9 +47,10 @@ from ...dims import Dim
 from ...mlir import gpu, ir, llvm
 from ...mlir import math as mmath
 from ...mlir import scf
+from ..common.layout import grid_dim, shape_of
 from ..common.rows import (ELEMENT_BYTES, SCRATCH, STORAGE, RowLowering, UnaryTable, apply,
-                           grid_dim, grid_point, kernel_target, narrow, next_grid_point,
-                           reduced_sizes, round_to, shape_of, widen)
+                           grid_point, kernel_target, narrow, next_grid_point,
+                           reduced_sizes, round_to, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, reindex, row_major)
