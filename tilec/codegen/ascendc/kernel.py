@@ -27,11 +27,12 @@ from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import ir
-from ..common.values import ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, reindex, row_major
+from ..common.values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, numel,
+                             reindex, row_major)
 from . import cxx
 from .cxx import Code, f32, i32
 from ..common.layout import LayoutOps, grid_dim, ints, shape_of, strings
-from .lazy import Base, Gm, grid_var, numel, reshaped, small_power, spread
+from .lazy import Base, Gm, grid_var, reshaped, small_power, spread
 from .plan import GATHER, reduce_work_floats
 from .reduce import Reducer
 from .source import render_kernel

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from ...dims import Dim
-from ..common.values import ONE, ZERO, Concat, Lazy, Map, Splat, View, reindex, row_major
+from ..common.values import ZERO, Concat, Lazy, Map, Splat, View, reindex, row_major
 from . import cxx
 
 
@@ -57,13 +57,6 @@ def is_grid(var: str) -> bool:
 def view_key(v: View) -> tuple:
     """What identifies the elements of a view (two views with one key load once)."""
     return (v.buffer, v.base, v.offset, v.sizes, v.strides)
-
-
-def numel(sizes: Sequence[Dim]) -> Dim:
-    total = ONE
-    for d in sizes:
-        total = total * d
-    return total
 
 
 def leaves(tree: Lazy) -> dict[tuple, View]:

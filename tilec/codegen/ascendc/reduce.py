@@ -21,10 +21,10 @@ import math
 from dataclasses import replace
 
 from ...dims import Dim
-from ..common.values import ONE, Lazy, Splat, View, reindex
+from ..common.values import ONE, Lazy, Splat, View, numel, reindex
 from . import cxx
 from .cxx import f32
-from .lazy import describe, fix, leaves, numel
+from .lazy import describe, fix, leaves
 from .stream import Chunk, Domain, Stream
 from .vector import Scalar, Vec, Vector
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
 from ...dims import Dim
-from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, concat_parts, row_major
+from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, concat_parts, numel, row_major
 from . import cxx
 from .cxx import Code
-from .lazy import Base, Gm, describe, grid_var, is_grid, leaves, numel, view_key
+from .lazy import Base, Gm, describe, grid_var, is_grid, leaves, view_key
 from .plan import Plan
 from .vector import (C_TYPE, Evaluator, Reg, Scalar, SlotPool, Vec, Vector, compute_kind,
                      storage_kind)

@@ -27,7 +27,7 @@ from .layout import LayoutOps, grid_dim, ints, shape_of, strings
 from .scalar import (Num, bitcast, const, f32, i16, i32, i64, index, select, to_float, to_int,
                      zero_extend)
 from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, map_sizes,
-                     reindex, row_major)
+                     numel, reindex, row_major)
 
 KERNEL_ATTR = "tile.kernel"
 
@@ -209,10 +209,7 @@ class RowLowering(LayoutOps):
         return value
 
     def reciprocal_count(self, sizes: Sequence[Dim], axes: Sequence[int]) -> Num:
-        count = ONE
-        for a in axes:
-            count = count * sizes[a]
-        return 1.0 / to_float(to_int(self.dim(count), i64()), f32())
+        return 1.0 / to_float(to_int(self.dim(numel([sizes[a] for a in axes])), i64()), f32())
 
     # -- the body ------------------------------------------------------------------------------
     def body(self) -> None:
@@ -282,6 +279,17 @@ class RowLowering(LayoutOps):
                 scf.YieldOp([out.value])
             return Num(loop.results[0])
         return level(0, [], init)
+
+    def address(self, view: View, ivs: Sequence[Num]) -> Num:
+        """The index, into its buffer, of the element of ``view`` at ``ivs``."""
+        total: Optional[Num] = view.base
+        terms = [] if view.offset == ZERO else [self.dim(view.offset)]
+        for i, stride in zip(ivs, view.strides):
+            if stride != ZERO:
+                terms.append(i if stride == ONE else i * self.dim(stride))
+        for t in terms:
+            total = t if total is None else total + t
+        return total if total is not None else const(index(), 0)
 
     # -- memory (the subclass decides how) -----------------------------------------------------
     def in_memory(self, x: Lazy) -> View:

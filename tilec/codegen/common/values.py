@@ -168,6 +168,14 @@ def slice_part(x: Lazy, axis: int, start: Dim, size: Dim) -> Optional[Lazy]:
     return reindex(x, sizes, range(len(x.sizes)), starts)
 
 
+def numel(sizes: Sequence[Dim]) -> Dim:
+    """The number of elements of a row of ``sizes``."""
+    total = ONE
+    for d in sizes:
+        total = total * d
+    return total
+
+
 def concat_parts(x: Concat, dest: View) -> tuple[tuple[Lazy, View], tuple[Lazy, View]]:
     """Each part of ``x`` with the slice of ``dest`` it goes to: how a concatenation is written
     into memory, part by part."""

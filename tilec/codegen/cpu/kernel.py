@@ -50,7 +50,7 @@ from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTa
 from ..common.scalar import (Num, const, f32, fabs, i32, i64, index, multiply_add, select,
                              sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
-                             concat_parts, reindex, row_major)
+                             concat_parts, numel, reindex, row_major)
 from . import mathlib
 
 
@@ -297,7 +297,7 @@ class _Kernel(RowLowering):
     def staging_row(self, dest: View) -> View:
         """A scratch row shaped and stored like ``dest``, allocated before the row loop."""
         with self.entry:
-            buf = memref.alloc(_memref(dest.storage), [self.dim(_count(dest.sizes)).value], [],
+            buf = memref.alloc(_memref(dest.storage), [self.dim(numel(dest.sizes)).value], [],
                                alignment=CACHE_LINE_BYTES)
         self.deallocs.append(buf)
         return View(buf, dest.storage, None, ZERO, dest.sizes, row_major(dest.sizes),
@@ -366,7 +366,7 @@ class _Kernel(RowLowering):
         self.coords = self.next_coords
         next_base = self.row_base(op, tensor_info(op.operands[0].type))
         self.coords = current
-        elements = self.dim(_count(row.sizes))
+        elements = self.dim(numel(row.sizes))
         element_bytes = ELEMENT_BYTES[row.storage]
         wanted = self.next_row_in_launch & (elements * element_bytes).ge(PREFETCH_MIN_BYTES)
         step = const(index(), CACHE_LINE_BYTES // element_bytes)
@@ -401,24 +401,11 @@ class _Kernel(RowLowering):
         """A row-major scratch buffer in registers' precision, allocated before the row loop
         and freed after it."""
         storage = SCRATCH[compute_kind(dtype)]
-        count = ONE
-        for d in sizes:
-            count = count * d
-        n = self.dim(count)
+        n = self.dim(numel(sizes))
         with self.entry:
             buf = memref.alloc(_memref(storage), [n.value], [], alignment=64)
         self.deallocs.append(buf)
         return View(buf, storage, None, ZERO, tuple(sizes), row_major(sizes), dtype)
-
-    def address(self, view: View, ivs: Sequence[Num]) -> Num:
-        total: Optional[Num] = view.base
-        terms = [] if view.offset == ZERO else [self.dim(view.offset)]
-        for i, stride in zip(ivs, view.strides):
-            if stride != ZERO:
-                terms.append(i if stride == ONE else i * self.dim(stride))
-        for t in terms:
-            total = t if total is None else total + t
-        return total if total is not None else const(index(), 0)
 
     def load(self, x: Lazy, ivs: Sequence[Num], memo: dict[int, Num]) -> Num:
         """The element of ``x`` at ``ivs`` in registers; ``memo`` shares what one loop body
@@ -575,14 +562,6 @@ class _Kernel(RowLowering):
                                rows + [n])
         return out
 
-
-
-def _count(sizes: Sequence[Dim]) -> Dim:
-    """The number of elements of a row of ``sizes``."""
-    count = ONE
-    for d in sizes:
-        count = count * d
-    return count
 
 
 def _pointer(address: Num) -> ir.Value:

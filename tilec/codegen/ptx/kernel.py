@@ -53,7 +53,7 @@ from ..common.rows import (ELEMENT_BYTES, SCRATCH, STORAGE, RowLowering, UnaryTa
                            reduced_sizes, round_to, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
-                             concat_parts, reindex, row_major)
+                             concat_parts, numel, reindex, row_major)
 
 MODULE = "tilec_kernels"
 SHARED_SYMBOL = "__tilec_shared"
@@ -310,10 +310,7 @@ class _Lowering(RowLowering):
         """A row-major buffer in dynamic shared memory (in registers' precision unless
         ``storage`` is given), placed once per kernel at a 16-byte aligned offset."""
         storage = storage or SCRATCH[compute_kind(dtype)]
-        count = ONE
-        for d in sizes:
-            count = count * d
-        nbytes = count * ELEMENT_BYTES[storage]
+        nbytes = numel(sizes) * ELEMENT_BYTES[storage]
         self.buffers.append(SharedBuffer(f"{name}#{len(self.buffers)}", nbytes))
         with self.entry:
             start = (self.offset + (VECTOR_BYTES - 1)) // VECTOR_BYTES * VECTOR_BYTES
@@ -322,16 +319,6 @@ class _Lowering(RowLowering):
         return View(pointer, storage, None, ZERO, tuple(sizes), row_major(sizes), dtype)
 
     # -- elements ------------------------------------------------------------------------------
-    def address(self, view: View, ivs: Sequence[Num]) -> Num:
-        total: Optional[Num] = view.base
-        terms = [] if view.offset == ZERO else [self.dim(view.offset)]
-        for i, stride in zip(ivs, view.strides):
-            if stride != ZERO:
-                terms.append(i if stride == ONE else i * self.dim(stride))
-        for t in terms:
-            total = t if total is None else total + t
-        return total if total is not None else const(index(), 0)
-
     def load(self, x: Lazy, ivs: Sequence[Num], memo: dict[int, Num]) -> Num:
         """The element of ``x`` at ``ivs`` in registers; ``memo`` shares what one loop body
         already computed."""
@@ -418,10 +405,7 @@ class _Lowering(RowLowering):
     def spread(self, sizes: Sequence[Dim]) -> Iterator[list[Num]]:
         """A loop over the elements of ``sizes`` (flattened row-major), thread ``t`` taking
         ``t, t + T, ...``; inside it the value is the list of indices."""
-        count = ONE
-        for d in sizes:
-            count = count * d
-        loop = scf.ForOp(self.tid.value, self.dim(count).value, self.threads.value)
+        loop = scf.ForOp(self.tid.value, self.dim(numel(sizes)).value, self.threads.value)
         with ir.InsertionPoint(loop.body):
             yield self._unflatten(Num(loop.induction_variable), sizes)
             scf.YieldOp([])
@@ -520,10 +504,7 @@ class _Lowering(RowLowering):
                 return acc
             return fold([self.load(x, ivs, {})], acc)
 
-        count = ONE
-        for d in x.sizes:
-            count = count * d
-        n = self.dim(count)
+        n = self.dim(numel(x.sizes))
         if plan is None:
             return _for(self.tid, n, self.threads, carried, element)
 
