@@ -59,8 +59,9 @@ def _sizes(text: str, stem: str) -> tuple[dict[str, int], tuple[int, ...]]:
 
 def prepare(bundle: Path) -> None:
     import tilec
+    from tilec.dialect import params_of
     from tilec.frontend import compile_source
-    from tilec.harness.reference import find_function, params, run
+    from tilec.harness.reference import find_function, run
 
     bundle.mkdir(parents=True, exist_ok=True)
     programs = [REPO.parent / "shared" / "examples" / f"{n}.tile" for n in EXAMPLE_SIZES]
@@ -83,7 +84,7 @@ def prepare(bundle: Path) -> None:
                                                                           - len(peeled):])})
             rng = np.random.default_rng(zlib.crc32(f"{path.stem}.{function}".encode()))
             args = {}
-            for p in params(fn):
+            for p in params_of(fn):
                 if p.scalar:
                     args[p.name] = p.default if p.default is not None else \
                         int(rng.integers(1, 5)) if p.info.dtype == "int32" else \

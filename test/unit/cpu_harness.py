@@ -14,10 +14,11 @@ import numpy as np
 
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.codegen.cpu import CpuObject, KernelSignature, compile_kernels
+from tilec.dialect import params_of
 from tilec.dims import ELLIPSIS, parse_dim
 from tilec.frontend import compile_source
 from tilec.harness.numerics import NUMPY_DTYPES, assert_close
-from tilec.harness.reference import bind_shapes, find_function, params, run
+from tilec.harness.reference import bind_shapes, find_function, run
 from tilec.pipeline import parse_pipeline, run_pipeline
 
 
@@ -60,7 +61,7 @@ def call(built: Built, name: str, args: list[Any], outputs: list[np.ndarray],
     writing ``outputs`` (allocated by the caller with the results' shapes)."""
     fn = find_function(built.kernels, name)
     sig = built.signature(name)
-    ps = params(fn)
+    ps = params_of(fn)
     args = list(args) + [p.default for p in ps[len(args):]]   # scalars left to their default
     buffers = []
     for p, a in zip(ps, args):

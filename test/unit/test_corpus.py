@@ -34,13 +34,13 @@ from conftest import EXAMPLE_NAMES, REPO, SHARED_EXAMPLES
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.cli import main
 from tilec.diagnostics import DiagnosticSink
-from tilec.dialect import tensor_info
+from tilec.dialect import params_of, tensor_info
 from tilec.driver import CompileOptions, build_kernels, optimize
 from tilec.frontend import ast, compile_source
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import BUILTINS
 from tilec.harness.numerics import NUMPY_DTYPES, assert_close
-from tilec.harness.reference import ReferenceError, find_function, outcomes, params, run
+from tilec.harness.reference import ReferenceError, find_function, outcomes, run
 from tilec.mlir import ir
 
 CORPUS = REPO / "test" / "corpus"
@@ -154,7 +154,7 @@ def arguments(func_op: Any, binding: Binding, rng: np.random.Generator,
         raise ValueError(f"...={lead} is too short for the peeled dimensions {peeled}")
     known = symbols | dict(zip(peeled, lead[len(lead) - len(peeled):]))
     out: dict[str, object] = {}
-    for p in params(func_op):
+    for p in params_of(func_op):
         if p.scalar:
             if not (defaults and p.default is not None):
                 out[p.name] = int(rng.integers(1, 5)) if p.info.dtype == "int32" \

@@ -11,10 +11,10 @@ from conftest import SHARED_EXAMPLES
 
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.diagnostics import DiagnosticSink
-from tilec.dialect import make_context, ops, tensor_info
+from tilec.dialect import make_context, ops, params_of, tensor_info
 from tilec.frontend import compile_source
 from tilec.harness.numerics import assert_close
-from tilec.harness.reference import find_function, params, run
+from tilec.harness.reference import find_function, run
 from tilec.mlir import ir
 from tilec.passes import default_pipeline
 from tilec.pipeline import parse_pipeline, run_pipeline
@@ -194,7 +194,7 @@ def bindings(func_op) -> list[tuple[dict[str, int], tuple[int, ...]]]:
 def arguments(func_op, symbols: dict[str, int], lead: tuple[int, ...],
               rng: np.random.Generator) -> list:
     out = []
-    for p in params(func_op):
+    for p in params_of(func_op):
         if p.scalar:
             out.append(float(rng.uniform(-1, 1)) if p.info.dtype != "int32" else 3)
             continue

@@ -1,7 +1,10 @@
 """The ``tile`` dialect: ops (``ops.py``) and tensor types (``types.py``)."""
+from dataclasses import dataclass
+from typing import Any
+
 from .ops import *  # noqa: F401,F403
 from .ops import Tile
-from .types import TensorInfo, tensor_info  # noqa: F401
+from .types import TensorInfo, tensor_info
 from ..mlir import ir, load_dialect, new_context
 
 
@@ -30,6 +33,30 @@ LEAD_ATTR = "tile.lead"
 ARG_NAME_ATTR = "tile.name"
 ARG_SCALAR_ATTR = "tile.scalar"
 ARG_DEFAULT_ATTR = "tile.default"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a tile function, as its argument attributes describe it."""
+
+    name: str
+    info: TensorInfo
+    scalar: bool
+    default: int | float | None
+
+
+def params_of(func_op: Any, unnamed: str = "arg{}") -> list[Param]:
+    """The parameters of ``func_op`` in order; one without ``tile.name`` (hand-written IR) is
+    named ``unnamed`` with its number."""
+    attrs = func_op.attributes
+    arg_attrs = list(attrs["arg_attrs"]) if "arg_attrs" in attrs else []
+    out = []
+    for i, t in enumerate(func_op.type.inputs):
+        d = {a.name: a.attr for a in ir.DictAttr(arg_attrs[i])} if i < len(arg_attrs) else {}
+        name = ir.StringAttr(d[ARG_NAME_ATTR]).value if ARG_NAME_ATTR in d else unnamed.format(i)
+        default = d[ARG_DEFAULT_ATTR].value if ARG_DEFAULT_ATTR in d else None
+        out.append(Param(name, tensor_info(t), ARG_SCALAR_ATTR in d, default))
+    return out
 
 # Shape templates (irgen sets the first; tile-shape-template consumes it and sets the rest):
 #   tile.templates = {seq = array<i64: 2048, 8192>}   on a func.func still to be specialised

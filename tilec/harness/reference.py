@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, DISPATCH_ATTR,
-                       TensorInfo, tensor_info)
+from ..dialect import DISPATCH_ATTR, Param, TensorInfo, params_of, tensor_info
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..binding import Binding, BindError, bind
@@ -39,28 +38,8 @@ class ReferenceError(Exception):  # noqa: A001 - the harness's name for its run-
 # ---------------------------------------------------------------------------------------------
 # Parameters and symbol binding
 
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a tile function, as irgen describes it."""
-
-    name: str
-    info: TensorInfo
-    scalar: bool
-    default: int | float | None
-
-
-def params(func_op: Any) -> list[Param]:
-    """The parameters of ``func_op`` in order (``tile.name``, ``tile.scalar``, ``tile.default``)."""
-    attrs = func_op.attributes
-    arg_attrs = list(attrs["arg_attrs"]) if "arg_attrs" in attrs else []
-    out = []
-    for i, t in enumerate(func_op.type.inputs):
-        d = {a.name: a.attr for a in ir.DictAttr(arg_attrs[i])} if i < len(arg_attrs) else {}
-        name = ir.StringAttr(d[ARG_NAME_ATTR]).value if ARG_NAME_ATTR in d else f"%arg{i}"
-        default = d[ARG_DEFAULT_ATTR].value if ARG_DEFAULT_ATTR in d else None
-        out.append(Param(name, tensor_info(t), ARG_SCALAR_ATTR in d, default))
-    return out
+UNNAMED = "%arg{}"
+"""How messages name a parameter without ``tile.name`` (hand-written IR): as MLIR prints it."""
 
 
 def bind_symbols(func_op: Any, args: Sequence[Any]) -> dict[str, int]:
@@ -72,7 +51,7 @@ def bind_symbols(func_op: Any, args: Sequence[Any]) -> dict[str, int]:
 def bind_shapes(func_op: Any, args: Sequence[Any]) -> Binding:
     """Bind the symbols and the ``...`` dimensions from the argument shapes, checking every
     parameter's rank, the ``...`` dimensions' agreement, and every extent."""
-    ps = params(func_op)
+    ps = params_of(func_op, UNNAMED)
     if len(args) != len(ps):
         raise ReferenceError(f"expected {len(ps)} arguments, got {len(args)}")
     try:
@@ -610,7 +589,7 @@ def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[
     entry = dispatch_entry(module, func_name)
     abi = func_name if entry is None else entry.generic or entry.variants[0][0]
     func_op = find_function(module, abi)  # every variant has the generic's parameters
-    ps = params(func_op)
+    ps = params_of(func_op, UNNAMED)
     with np.errstate(all="ignore"):  # inf and NaN are values like any other, as in a kernel
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
         if entry is not None:

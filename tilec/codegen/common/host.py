@@ -27,11 +27,12 @@ from typing import Any
 import jinja2
 
 from ... import __version__
-from ...dialect import DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR, tensor_info
+from ...dialect import (DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR, params_of,
+                        tensor_info)
 from ...dims import ELLIPSIS
 from ...mlir import ir
 from .schedule import (Impl, ImplBuilder, Kernel, Param, c_string, failure, functions_of,
-                       params_of, strings, with_values)
+                       strings, with_values)
 
 METADATA_FORMAT = 1
 TEMPLATES = jinja2.Environment(

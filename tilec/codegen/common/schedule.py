@@ -30,7 +30,7 @@ from math import lcm
 from typing import Any
 
 from ...diagnostics import TilecError
-from ...dialect import ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, TensorInfo, tensor_info
+from ...dialect import Param, tensor_info
 from ...dialect.locations import span_of
 from ...dims import ELLIPSIS, Dim, parse_dim
 from ...mlir import ir
@@ -81,29 +81,6 @@ def name_of(op: Any) -> str:
 
 def functions_of(module: Any) -> dict[str, Any]:
     return {name_of(op): op for op in module.body.operations if op.operation.name == "func.func"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Parameters
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    info: TensorInfo
-    scalar: bool
-    default: float | int | None
-
-
-def params_of(fn: Any) -> list[Param]:
-    attrs = list(fn.attributes["arg_attrs"]) if "arg_attrs" in fn.attributes else []
-    out = []
-    for i, t in enumerate(fn.type.inputs):
-        d = {a.name: a.attr for a in ir.DictAttr(attrs[i])} if i < len(attrs) else {}
-        name = ir.StringAttr(d[ARG_NAME_ATTR]).value if ARG_NAME_ATTR in d else f"arg{i}"
-        default = d[ARG_DEFAULT_ATTR].value if ARG_DEFAULT_ATTR in d else None
-        out.append(Param(name, tensor_info(t), ARG_SCALAR_ATTR in d, default))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
