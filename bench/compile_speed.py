@@ -1,6 +1,6 @@
 """Compile speed: tilec's in-process compile of swiglu, rmsnorm and softmax to a cubin for
-sm_90, against Triton compiling equivalent kernels offline (``triton.compile`` with
-``GPUTarget("cuda", 90, 32)`` needs no GPU).
+sm_90, against Triton compiling equivalent kernels, those of ``triton_kernels.py`` that the GPU
+check runs, offline (``triton.compile`` with ``GPUTarget("cuda", 90, 32)`` needs no GPU).
 
     .venv/bin/python bench/compile_speed.py [--repeat N] [--first N]
 
@@ -53,38 +53,8 @@ SOURCES = {
                "  return softmax(x, axis=-1);\n}\n",
 }
 
-TRITON_KERNELS = '''
-import triton
-import triton.language as tl
-
-@triton.jit
-def swiglu(inp, out, hidden, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < hidden
-    x = tl.load(inp + row * 2 * hidden + cols, mask=mask).to(tl.float32)
-    g = tl.load(inp + row * 2 * hidden + hidden + cols, mask=mask).to(tl.float32)
-    tl.store(out + row * hidden + cols, (x * g * tl.sigmoid(g)).to(tl.float16), mask=mask)
-
-@triton.jit
-def rmsnorm(x_ptr, w_ptr, out, hidden, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < hidden
-    x = tl.load(x_ptr + row * hidden + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
-    tl.store(out + row * hidden + cols, (x * r * w).to(tl.bfloat16), mask=mask)
-
-@triton.jit
-def softmax(x_ptr, out, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n
-    x = tl.load(x_ptr + row * n + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out + row * n + cols, (e / tl.sum(e, axis=0)).to(tl.float16), mask=mask)
-'''
+TRITON_KERNELS = REPO / "bench" / "triton_kernels.py"
+"""The GPU check's Triton kernels (``_swiglu``, ``_rmsnorm``, ``_softmax``, ...), compiled here."""
 
 TRITON_SIGNATURES = {
     "swiglu": {"inp": "*fp16", "out": "*fp16", "hidden": "i32", "BLOCK": "constexpr"},
@@ -130,7 +100,7 @@ def triton_compiler() -> Compile:
     def kernels(folder: Path, serial: int) -> ModuleType:
         """The Triton kernels in a module of their own (``triton.jit`` reads its file)."""
         path = folder / f"triton_kernels_{serial}.py"
-        path.write_text(TRITON_KERNELS + f"# compile {serial}\n")
+        path.write_text(TRITON_KERNELS.read_text() + f"# compile {serial}\n")
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -138,7 +108,7 @@ def triton_compiler() -> Compile:
 
     def compile_one(name: str, serial: int) -> float:
         with tempfile.TemporaryDirectory(prefix="tilec-bench-") as folder:
-            source = ASTSource(fn=getattr(kernels(Path(folder), serial), name),
+            source = ASTSource(fn=getattr(kernels(Path(folder), serial), f"_{name}"),
                                signature=TRITON_SIGNATURES[name], constexprs={"BLOCK": 4096})
             os.environ["TRITON_CACHE_DIR"] = str(Path(folder) / "cache")
             start = time.perf_counter()
