@@ -159,7 +159,7 @@ class RowLowering(LayoutOps):
     """The backend-independent part of lowering one kernel: symbols and dimensions, the op
     handlers that build lazy values (the layout ones from :class:`.layout.LayoutOps`),
     materialisation, softmax and the var/mean reductions.
-    A subclass provides the frame and: ``load``, ``write``, ``scratch``, ``copy``,
+    A subclass provides the frame and: ``read`` (one element of a view), ``write``, ``scratch``, ``copy``,
     ``full_reduction`` (one reduction kind over axes), ``matmul``, ``scalar_argument`` and
     the buffers ``arg_buffers`` / ``out_buffers``."""
 
@@ -421,6 +421,25 @@ class RowLowering(LayoutOps):
         raise NotImplementedError
 
     def load(self, x: Lazy, ivs: Sequence[Num], memo: dict[int, Num]) -> Num:
+        """The element of ``x`` at ``ivs`` in registers; ``memo`` shares what one loop body
+        already computed."""
+        key = id(x)
+        if key in memo:
+            return memo[key]
+        if isinstance(x, Splat):
+            value = x.value
+        elif isinstance(x, View):
+            value = widen(self.read(x, ivs), x.storage)
+        elif isinstance(x, Map):
+            args = [self.load(v, ivs if v.sizes else [], memo) for v in x.operands]
+            value = self.apply(x.op, args, x.dtype, x.operands[0].dtype)
+        else:
+            raise AssertionError("a concatenation is written to memory, never read lazily")
+        memo[key] = value
+        return value
+
+    def read(self, view: View, ivs: Sequence[Num]) -> Num:
+        """The element of ``view`` at ``ivs`` as stored (float16 as such)."""
         raise NotImplementedError
 
     def write(self, x: Lazy, dest: View) -> None:

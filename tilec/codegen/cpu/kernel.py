@@ -46,7 +46,7 @@ from ...mlir import arith, func, ir, llvm, memref, scf
 from ..common.layout import grid_dim, shape_of
 from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
                            argument_storage, grid_point, kernel_target, narrow,
-                           next_grid_point, reduced_sizes, round_to, spread, widen)
+                           next_grid_point, reduced_sizes, round_to, spread)
 from ..common.scalar import (Num, const, f32, fabs, i32, i64, index, multiply_add, select,
                              sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
@@ -407,24 +407,8 @@ class _Kernel(RowLowering):
         self.deallocs.append(buf)
         return View(buf, storage, None, ZERO, tuple(sizes), row_major(sizes), dtype)
 
-    def load(self, x: Lazy, ivs: Sequence[Num], memo: dict[int, Num]) -> Num:
-        """The element of ``x`` at ``ivs`` in registers; ``memo`` shares what one loop body
-        already computed."""
-        key = id(x)
-        if key in memo:
-            return memo[key]
-        if isinstance(x, Splat):
-            value = x.value
-        elif isinstance(x, View):
-            loaded = Num(memref.load(x.buffer, [self.address(x, ivs).value]))
-            value = widen(loaded, x.storage)
-        elif isinstance(x, Map):
-            args = [self.load(v, ivs if v.sizes else [], memo) for v in x.operands]
-            value = self.apply(x.op, args, x.dtype, x.operands[0].dtype)
-        else:
-            raise AssertionError("a concatenation is written to memory, never read lazily")
-        memo[key] = value
-        return value
+    def read(self, view: View, ivs: Sequence[Num]) -> Num:
+        return Num(memref.load(view.buffer, [self.address(view, ivs).value]))
 
     def store(self, value: Num, dest: View, ivs: Sequence[Num]) -> None:
         memref.store(narrow(value, dest.storage).value, dest.buffer,

@@ -319,24 +319,9 @@ class _Lowering(RowLowering):
         return View(pointer, storage, None, ZERO, tuple(sizes), row_major(sizes), dtype)
 
     # -- elements ------------------------------------------------------------------------------
-    def load(self, x: Lazy, ivs: Sequence[Num], memo: dict[int, Num]) -> Num:
-        """The element of ``x`` at ``ivs`` in registers; ``memo`` shares what one loop body
-        already computed."""
-        key = id(x)
-        if key in memo:
-            return memo[key]
-        if isinstance(x, Splat):
-            value = x.value
-        elif isinstance(x, View):
-            pointer = _gep(x.buffer, self.address(x, ivs), STORAGE[x.storage]())
-            value = widen(Num(self._load(x, pointer, 1)), x.storage)
-        elif isinstance(x, Map):
-            args = [self.load(v, ivs if v.sizes else [], memo) for v in x.operands]
-            value = self.apply(x.op, args, x.dtype, x.operands[0].dtype)
-        else:
-            raise AssertionError("a concatenation is written to memory, never read lazily")
-        memo[key] = value
-        return value
+    def read(self, view: View, ivs: Sequence[Num]) -> Num:
+        pointer = _gep(view.buffer, self.address(view, ivs), STORAGE[view.storage]())
+        return Num(self._load(view, pointer, 1))
 
     def _load(self, view: View, pointer: ir.Value, lanes: int) -> ir.Value:
         """``lanes`` elements of ``view`` at ``pointer`` (a vector when more than one, aligned
