@@ -13,8 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import OPS
-from tilec.codegen.cpu.kernel import STREAM_MIN_BYTES, lower_kernels
+from tilec.codegen.cpu import mathlib
+from tilec.codegen.cpu.kernel import STREAM_MIN_BYTES, _rounded_narrow, lower_kernels
 from tilec.codegen.cpu.llvm import mlir_to_llvm_ir
+from tilec.diagnostics import DiagnosticSink
+from tilec.dialect import make_context
+from tilec.dialect.walk import nested_ops
+from tilec.driver import CompileOptions, kernel_module
+from tilec.mlir import ir
 from tilec.harness.numerics import assert_close
 from tilec.harness.reference import run
 from cpu_harness import Built, build, call, check
@@ -351,3 +357,57 @@ def test_output_off_its_element_alignment_is_not_streamed(streaming):
     assert not out.flags.aligned
     call(streaming, "stream_softmax", [x], [out], pieces=2)
     assert_close(out, run(streaming.reference, "stream_softmax", x), np.dtype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# mathlib's NARROW precision for values rounded to float16/bfloat16 before anything but a
+# product, a quotient, a negation or a softmax reads them (kernel._rounded_narrow)
+
+# body over x: f16[n] and y: f32[n] -> (result types, the op looked at, whether it is narrow)
+NARROW_CASES = {
+    "return gelu(x);": ("Tensor<f16>[n]", "tile.gelu", True),
+    "return cast(exp(y), bfloat16);": ("Tensor<bf16>[n]", "tile.exp", True),
+    "return -(sigmoid(x) * 2.0) / 3.0;": ("Tensor<f16>[n]", "tile.sigmoid", True),
+    "return cast(softmax(cast(x, float32), axis=-1), float16);": ("Tensor<f16>[n]",
+                                                                  "tile.softmax", True),
+    "return softmax(x, axis=-1) * x;": ("Tensor<f16>[n]", "tile.softmax", True),
+    "return gelu(x) + 1.0;": ("Tensor<f16>[n]", "tile.gelu", False),
+    "return cast(gelu(x), float32);": ("Tensor<f32>[n]", "tile.gelu", False),
+    "return exp(y);": ("Tensor<f32>[n]", "tile.exp", False),
+    "return cast(softmax(y, axis=-1), float16) + cast(reduce_sum(y, axes=[-1]), float16);":
+        ("Tensor<f16>[n]", "tile.softmax", True),
+    "let t = tanh(x); return (t, cast(t, float32));": ("(Tensor<f16>[n], Tensor<f32>[n])",
+                                                       "tile.tanh", False),
+    "let t = tanh(x); return (t, t * 2.0);": ("(Tensor<f16>[n], Tensor<f16>[n])", "tile.tanh",
+                                              True),
+}
+
+
+def test_which_values_take_the_narrow_precision():
+    source = "\n".join(f"func f{i}(x: Tensor<f16>[n], y: Tensor<f32>[n]) -> {result} {{ {body} }}"
+                       for i, (body, (result, _, _)) in enumerate(NARROW_CASES.items()))
+    with make_context():
+        module = kernel_module(source, "narrow.tile", CompileOptions(), DiagnosticSink())
+        for i, (body, (_, op_name, narrow)) in enumerate(NARROW_CASES.items()):
+            kernels = [f for f in nested_ops(module.operation, "func.func")
+                       if ir.StringAttr(f.attributes["sym_name"]).value.startswith(f"f{i}__k")]
+            ops = [op for k in kernels for op in nested_ops(k, op_name)]
+            assert len(ops) == 1, body
+            assert _rounded_narrow(ops[0].results[0]) == narrow, body
+
+
+def test_narrow_values_are_computed_with_the_narrow_coefficients():
+    """gelu rounded to float16 takes NARROW's erf, the same gelu kept in float32 FULL's: each
+    module has the other's leading erf coefficient nowhere."""
+    programs = {"narrow": "Tensor<f16>[n] { return gelu(x); }",
+                "full": "Tensor<f32>[n] { return cast(gelu(x), float32); }"}
+    with make_context(), ir.Location.unknown():
+        for name, rest in programs.items():
+            module = kernel_module(f"func g(x: Tensor<f16>[n]) -> {rest}", "g.tile",
+                                   CompileOptions(), DiagnosticSink())
+            lowered, _ = lower_kernels(module)
+            text = str(lowered)
+            constants = {precision: str(ir.FloatAttr.get(ir.F32Type.get(), p.erf_p[0]))
+                         for precision, p in (("narrow", mathlib.NARROW), ("full", mathlib.FULL))}
+            assert constants[name] in text
+            assert constants["full" if name == "narrow" else "narrow"] not in text

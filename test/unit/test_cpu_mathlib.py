@@ -203,3 +203,57 @@ def test_exp_nonpositive():
     assert np.all(got[x <= -88.0] == 0)
     special = run(np.array([-0.0, -np.inf, np.nan], np.float32))
     assert np.array_equal(special, [1.0, 0.0, np.nan], equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# NARROW: the precision for values rounded to float16 or bfloat16 (mathlib's docstring)
+
+# below a fiftieth of float16's rounding (2**-11, 4.9e-4)
+NARROW_ERROR = 1e-5
+# gelu's absolute error where it cancels (x < 0): 0.5 |x| times erf's, |x| < 4 sqrt 2
+NARROW_GELU_FLOOR = 2 * math.sqrt(2) * NARROW_ERROR
+
+# name -> (mathlib function, float64 reference, input range, floor as in FUNCTIONS)
+NARROW_FUNCTIONS = {
+    "exp": (mathlib.exp, np.exp, (-110.0, 90.0), 0.0),
+    "exp_nonpositive": (mathlib.exp_nonpositive, np.exp, (-110.0, 0.0), 0.0),
+    "sigmoid": (mathlib.sigmoid, _sigmoid, (-110.0, 110.0), 1e-37),
+    "silu": (mathlib.silu, lambda x: x * _sigmoid(x), (-110.0, 110.0), 1e-35),
+    "tanh": (mathlib.tanh, np.tanh, (-20.0, 20.0), 0.0),
+    "gelu": (mathlib.gelu, FUNCTIONS["gelu"][0], (-12.0, 12.0), NARROW_GELU_FLOOR),
+}
+
+
+@pytest.mark.parametrize("name", list(NARROW_FUNCTIONS))
+def test_narrow_accuracy(name):
+    """Relative error within NARROW_ERROR (absolute below ``floor``, and where float32's
+    smallest normal is, 2**-126, for exp's subnormal results); inf, NaN and the results at
+    +-0 exactly as the full precision has them."""
+    fn, reference, (lo, hi), floor = NARROW_FUNCTIONS[name]
+    x = inputs(lo, hi)
+    got = _jit(lambda v: fn(v, mathlib.NARROW))(x).astype(np.float64)
+    full = _jit(fn)(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        exact = reference(x.astype(np.float64))
+    special = ~np.isfinite(full) | (x == 0)
+    assert np.array_equal(got[special], full[special], equal_nan=True)
+    assert np.array_equal(np.signbit(got[special]), np.signbit(full[special]))
+    finite = ~special
+    allowed = np.maximum(NARROW_ERROR * np.abs(exact[finite]),
+                         max(floor, np.finfo(np.float32).tiny))
+    error = np.abs(got[finite] - exact[finite])
+    worst = np.argmax(error / allowed)
+    assert error[worst] <= allowed[worst], (
+        f"{name}({x[finite][worst]!r}) = {got[finite][worst]!r}, want {exact[finite][worst]!r}")
+
+
+def test_narrow_erf():
+    """NARROW erf: absolute error within 5e-6 (the fit's 4.1e-6 and float32's rounding),
+    exactly 1 from x = 4 on, never beyond."""
+    x = np.concatenate([np.linspace(0.0, 4.5, 450001),
+                        np.geomspace(1e-45, 3.4e38, 20000)]).astype(np.float32)
+    got = _jit(lambda v: mathlib.erf_nonnegative(v, mathlib.NARROW))(x).astype(np.float64)
+    error = np.abs(got - erf(x.astype(np.float64)))
+    assert error.max() <= 5e-6, f"erf({x[error.argmax()]!r}): error {error.max():.3g}"
+    assert np.all(got[x >= 4.0] == 1.0)
+    assert np.all(got <= 1.0)

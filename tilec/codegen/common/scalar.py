@@ -10,7 +10,7 @@ NaN, as in NumPy).
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Sequence, Union
 
 from ...mlir import arith, ir, math
 
@@ -244,7 +244,7 @@ def multiply_add(a: Num, b: Operand, c: Operand) -> Num:
     return Num(arith.addf(product, a._operand(c), fastmath=contract))
 
 
-def horner(x: Num, coefficients: list[float]) -> Num:
+def horner(x: Num, coefficients: Sequence[float]) -> Num:
     """``c0*x^(n-1) + c1*x^(n-2) + ... + c(n-1)``: coefficients from the highest power."""
     acc = const(x.type, coefficients[0])
     for c in coefficients[1:]:

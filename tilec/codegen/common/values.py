@@ -86,14 +86,16 @@ class Splat:
 class Map:
     """An element-wise op, computed element by element where the value is read."""
 
-    op: str                           # a tile op name ("add"), "cmp.PRED", "select" or "cast"
+    # a tile op name ("add"), "cmp.PRED", "select", "cast", or a backend's "NAME.VARIANT" of one
+    op: str
     operands: tuple["Lazy", ...]
     sizes: tuple[Dim, ...]
     dtype: str                        # the result's element type
 
     @property
     def expensive(self) -> bool:
-        return self.op in TRANSCENDENTAL or any(_expensive(x) for x in self.operands)
+        return self.op.partition(".")[0] in TRANSCENDENTAL or any(_expensive(x)
+                                                                   for x in self.operands)
 
 
 @dataclass(frozen=True, eq=False)

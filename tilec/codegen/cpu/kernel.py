@@ -111,25 +111,61 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 # softmax's exponentials of x - max (never above 0): a Map op of this backend's own
 EXP_NONPOSITIVE = "exp_nonpositive"
+# the suffix of an op computed in mathlib's NARROW precision (:func:`_rounded_narrow`)
+NARROW = ".narrow"
 
-_FLOAT_UNARY: UnaryTable = {
+
+def _gelu_tanh(x: Num, precision: mathlib.Precision) -> Num:
+    inner = (x * x * x * 0.044715 + x) * _SQRT_2_OVER_PI
+    return x * 0.5 * (mathlib.tanh(inner, precision) + 1.0)
+
+
+# the functions of two precisions, which take it as their second argument
+_TWO_PRECISIONS: dict[str, Callable[[Num, mathlib.Precision], Num]] = {
     EXP_NONPOSITIVE: mathlib.exp_nonpositive,
     "exp": mathlib.exp,
+    "sigmoid": mathlib.sigmoid,
+    "tanh": mathlib.tanh,
+    "silu": mathlib.silu,
+    "gelu": mathlib.gelu,
+    "gelu_tanh": _gelu_tanh,
+}
+
+_FLOAT_UNARY: UnaryTable = {
     "log": mathlib.log,
     "sqrt": sqrt,
     "rsqrt": lambda x: 1.0 / sqrt(x),
     "abs": fabs,
     "reciprocal": lambda x: 1.0 / x,
-    "sigmoid": mathlib.sigmoid,
-    "tanh": mathlib.tanh,
     "relu": lambda x: x.maximum(0.0),
-    "silu": mathlib.silu,
-    "gelu": mathlib.gelu,
-    "gelu_tanh": lambda x: x * 0.5 * (
-        mathlib.tanh((x * x * x * 0.044715 + x) * _SQRT_2_OVER_PI) + 1.0),
     "sin": mathlib.sin,
     "cos": mathlib.cos,
+    **{name: (lambda x, f=f: f(x, mathlib.FULL)) for name, f in _TWO_PRECISIONS.items()},
+    **{name + NARROW: (lambda x, f=f: f(x, mathlib.NARROW)) for name, f in _TWO_PRECISIONS.items()},
 }
+
+NARROW_FLOATS = ("float16", "bfloat16")
+# users that keep the relative error of the value they read, up to a rounding of their own
+_ERROR_KEEPING = ("tile.mul", "tile.div", "tile.neg", "tile.softmax")
+_NARROW_SEARCH_DEPTH = 8
+
+
+def _rounded_narrow(value: Any, depth: int = 0) -> bool:
+    """Whether every element of ``value`` is rounded to float16 or bfloat16 (by a ``cast`` or
+    the store of a result) before anything but a product, a quotient, a negation or a softmax
+    reads it: then mathlib's NARROW precision, a fiftieth of that rounding, cannot show in
+    any result beyond it.  A longer chain than _NARROW_SEARCH_DEPTH is not followed."""
+    users = [use.owner.operation for use in value.uses]
+    users = [u for u in users if u.name != "tile.hint"]
+    if not users or depth > _NARROW_SEARCH_DEPTH:
+        return False
+    for user in users:
+        if user.name in ("tile.cast", "tile.store_row"):
+            if tensor_info(user.results[0].type).dtype not in NARROW_FLOATS:
+                return False
+        elif user.name not in _ERROR_KEEPING or not _rounded_narrow(user.results[0], depth + 1):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,6 +474,11 @@ class _Kernel(RowLowering):
     def apply(self, op: str, args: Sequence[Num], dtype: str, source: str) -> Num:
         return apply(op, args, dtype, source, _FLOAT_UNARY, mathlib.pow)
 
+    def elementwise(self, op: Any, name: str) -> Lazy:
+        if name in _TWO_PRECISIONS and _rounded_narrow(op.results[0]):
+            name += NARROW
+        return super().elementwise(op, name)
+
     def full_reduction(self, x: Lazy, axes: list[int], kind: str, keepdims: bool) -> Lazy:
         combine, identity = _COMBINERS[kind]
         total = self.combine_over(x, axes, combine, identity, keepdims)
@@ -496,7 +537,8 @@ class _Kernel(RowLowering):
         top = self.combine_over(x, [axis], _stabilising_max, -math.inf, True)
         shifted = Map("sub", (x, spread(top, x.sizes, [axis])), x.sizes, x.dtype)
         exps = self.output_row(op.results[0]) or self.scratch(x.sizes, x.dtype)
-        total = self.combine_over(Map(EXP_NONPOSITIVE, (shifted,), x.sizes, x.dtype), [axis],
+        exp = EXP_NONPOSITIVE + (NARROW if _rounded_narrow(op.results[0]) else "")
+        total = self.combine_over(Map(exp, (shifted,), x.sizes, x.dtype), [axis],
                                   _sum, 0.0, True, copy_to=exps)
         if isinstance(total, Splat):
             inverse = Splat(1.0 / total.value, x.sizes, x.dtype)

@@ -35,10 +35,20 @@ Each function stays within a few float32 ulp of the exact result over the whole 
 - ``sin``/``cos``: x * 2/pi modulo 4 in float64, with 2/pi in pieces whose products with a
   float32 are exact (so any float32 reduces accurately), Cephes polynomials on [-pi/4, pi/4].
 - ``pow``: ``exp(b * log|a|)`` with NumPy's signs and special cases.
+
+Two precisions (:class:`Precision`).  ``FULL``, the default, is all of the above.  ``NARROW``
+is for a value that is rounded to float16 or bfloat16 before anything but a product or a
+quotient reads it (the kernel decides where: see ``cpu.kernel``): exp's relative error and
+erf's absolute error stay below 1e-5, a fiftieth of float16's rounding (4.9e-4), with fewer
+operations.  exp reduces by a single float32 ln 2 (|n| <= 127 puts r within 2.4e-7 of exact) and
+Q has degree 2 (5.3e-6 relative); erf is ``x * P(x^2) / Q(x^2)`` with P of degree 3 and Q of
+degree 4 (4.1e-6 absolute), both minimax fits made for tilec like the full ones.  exp, softmax's
+exp, sigmoid, silu, tanh and gelu take it; the others have one precision.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..common.scalar import (Num, bitcast, const, f32, f64, fabs, floor, horner, i32, logical_not,
                      multiply_add, round_even, select, to_float, to_int)
@@ -76,8 +86,28 @@ ERF_SATURATES = 4.0
 # so that a float32 (24 bits) times a piece is exact in float64.
 TWO_OVER_PI = [0.6366197690367699, 3.3308114738561656e-09, 2.276010060734833e-18,
                1.234356326230651e-26, 2.2383930830835663e-35, 2.620403178028839e-44]
+# NARROW (see the module docstring); coefficients from the highest
+LN2_F32 = 0.693147182464599609375    # ln 2 rounded to float32
+EXP_Q_NARROW = [4.127773e-02, 1.6753514e-01, 5.0005114e-01]
+ERF_P_NARROW = [1.5028382e-03, 4.9673963e-02, 1.7141542e-01, 1.1284084]
+ERF_Q_NARROW = [7.028621e-05, 1.2366373e-02, 1.05257444e-01, 4.854788e-01, 1.0]
+
 SIN_POLY = [-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1]
 COS_POLY = [2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The coefficients of the functions that come in two precisions."""
+
+    ln2: tuple[float, ...]    # ln 2 in parts: each n * part but the last exact
+    exp_q: tuple[float, ...]
+    erf_p: tuple[float, ...]
+    erf_q: tuple[float, ...]
+
+
+FULL = Precision((LN2_HI, LN2_LO), tuple(EXP_Q), tuple(ERF_P), tuple(ERF_Q))
+NARROW = Precision((LN2_F32,), tuple(EXP_Q_NARROW), tuple(ERF_P_NARROW), tuple(ERF_Q_NARROW))
 
 
 def _at_least(x: Num, lo: float) -> Num:
@@ -100,17 +130,19 @@ def _pow2(k: Num) -> Num:
     return bitcast((k + 127) << 23, f32())
 
 
-def _exp_parts(x: Num) -> tuple[Num, Num]:
+def _exp_parts(x: Num, precision: Precision) -> tuple[Num, Num]:
     """``(shifted, w)`` with x = n ln 2 + r, ``shifted`` = 1.5 * 2**23 + n and
     w = e^r - 1."""
     shifted = multiply_add(x, 1.0 / math.log(2.0), ROUNDING_SHIFT)
     n = shifted - ROUNDING_SHIFT
-    r = multiply_add(n, -LN2_LO, multiply_add(n, -LN2_HI, x))
-    return shifted, multiply_add(horner(r, EXP_Q), r * r, r)
+    r = x
+    for part in precision.ln2:
+        r = multiply_add(n, -part, r)
+    return shifted, multiply_add(horner(r, precision.exp_q), r * r, r)
 
 
-def exp(x: Num) -> Num:
-    shifted, w = _exp_parts(_limit(x, EXP_MIN, EXP_MAX))
+def exp(x: Num, precision: Precision = FULL) -> Num:
+    shifted, w = _exp_parts(_limit(x, EXP_MIN, EXP_MAX), precision)
     n = bitcast(shifted, i32()) - ROUNDING_SHIFT_BITS
     half = n >> 1
     first = _pow2(n - half)
@@ -123,19 +155,19 @@ def _scale(shifted: Num) -> Num:
     return bitcast((bitcast(shifted, i32()) << 23) + 0x3F800000, f32())
 
 
-def exp_nonpositive(x: Num) -> Num:
+def exp_nonpositive(x: Num, precision: Precision = FULL) -> Num:
     """e^x for x <= 0 or NaN (softmax's x - max), scaled once: within 1 ulp where e^x is a
     normal float32 (x >= -87.33), exactly 0 where n = -127 (x < -87.68, -inf included), in
     between e^x within 1 ulp of a subnormal."""
-    shifted, w = _exp_parts(_at_least(x, EXP_NORMAL_MIN))
+    shifted, w = _exp_parts(_at_least(x, EXP_NORMAL_MIN), precision)
     scale = _scale(shifted)
     return multiply_add(w, scale, scale)
 
 
-def _one_plus_exp(x: Num) -> Num:
+def _one_plus_exp(x: Num, precision: Precision) -> Num:
     """1 + e^x for x in [EXP_NORMAL_MIN, EXP_MAX] (or NaN), scaled once: exactly 1 where
     n = -127 (x < -87.68), inf where n = 128 (x > 88.37)."""
-    shifted, w = _exp_parts(x)
+    shifted, w = _exp_parts(x, precision)
     return multiply_add(w + 1.0, _scale(shifted), 1.0)
 
 
@@ -157,37 +189,37 @@ def log(x: Num) -> Num:
     return select(x.ge(0.0), y, math.nan)    # negative or NaN
 
 
-def tanh(x: Num) -> Num:
+def tanh(x: Num, precision: Precision = FULL) -> Num:
     a = fabs(x)
     z = x * x
     small = horner(z, TANH_POLY) * z * x + x
-    big = 1.0 - 2.0 / _one_plus_exp(_at_most(a + a, EXP_MAX))
+    big = 1.0 - 2.0 / _one_plus_exp(_at_most(a + a, EXP_MAX), precision)
     big = select(x.lt(0.0), -big, big)
     return select(a.ge(TANH_SMALL), big, small)
 
 
-def _one_plus_exp_of_minus(x: Num) -> Num:
-    return _one_plus_exp(_limit(-x, EXP_NORMAL_MIN, EXP_MAX))
+def _one_plus_exp_of_minus(x: Num, precision: Precision) -> Num:
+    return _one_plus_exp(_limit(-x, EXP_NORMAL_MIN, EXP_MAX), precision)
 
 
-def sigmoid(x: Num) -> Num:
-    return 1.0 / _one_plus_exp_of_minus(x)
+def sigmoid(x: Num, precision: Precision = FULL) -> Num:
+    return 1.0 / _one_plus_exp_of_minus(x, precision)
 
 
-def silu(x: Num) -> Num:
-    return x / _one_plus_exp_of_minus(x)
+def silu(x: Num, precision: Precision = FULL) -> Num:
+    return x / _one_plus_exp_of_minus(x, precision)
 
 
-def erf_nonnegative(x: Num) -> Num:
+def erf_nonnegative(x: Num, precision: Precision = FULL) -> Num:
     """erf(x) for x >= 0 or NaN (GELU's erf(|x| / sqrt 2))."""
     xc = _at_most(x, ERF_SATURATES)
     t = xc * xc
-    return _at_most(xc * horner(t, ERF_P) / horner(t, ERF_Q), 1.0)
+    return _at_most(xc * horner(t, precision.erf_p) / horner(t, precision.erf_q), 1.0)
 
 
-def gelu(x: Num) -> Num:
+def gelu(x: Num, precision: Precision = FULL) -> Num:
     half = x * 0.5
-    return multiply_add(fabs(half), erf_nonnegative(fabs(x) * SQRT_HALF), half)
+    return multiply_add(fabs(half), erf_nonnegative(fabs(x) * SQRT_HALF, precision), half)
 
 
 def _sin_cos(x: Num, quarter_turns: int) -> Num:
