@@ -361,7 +361,7 @@ def test_output_off_its_element_alignment_is_not_streamed(streaming):
 
 # ---------------------------------------------------------------------------------------------
 # mathlib's NARROW precision for values rounded to float16/bfloat16 before anything but a
-# product, a quotient, a negation or a softmax reads them (kernel._rounded_narrow)
+# product, a quotient or a negation reads them (kernel._rounded_narrow)
 
 # body over x: f16[n] and y: f32[n] -> (result types, the op looked at, whether it is narrow)
 NARROW_CASES = {

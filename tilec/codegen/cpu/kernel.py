@@ -146,15 +146,15 @@ _FLOAT_UNARY: UnaryTable = {
 
 NARROW_FLOATS = ("float16", "bfloat16")
 # users that keep the relative error of the value they read, up to a rounding of their own
-_ERROR_KEEPING = ("tile.mul", "tile.div", "tile.neg", "tile.softmax")
+_ERROR_KEEPING = ("tile.mul", "tile.div", "tile.neg")
 _NARROW_SEARCH_DEPTH = 8
 
 
 def _rounded_narrow(value: Any, depth: int = 0) -> bool:
     """Whether every element of ``value`` is rounded to float16 or bfloat16 (by a ``cast`` or
-    the store of a result) before anything but a product, a quotient, a negation or a softmax
-    reads it: then mathlib's NARROW precision, a fiftieth of that rounding, cannot show in
-    any result beyond it.  A longer chain than _NARROW_SEARCH_DEPTH is not followed."""
+    the store of a result) before anything but a product, a quotient or a negation reads it
+    (a softmax would not do: it turns an absolute error into a relative one): then mathlib's
+    NARROW precision, a fiftieth of that rounding, cannot show in any result beyond it.  A longer chain than _NARROW_SEARCH_DEPTH is not followed."""
     users = [use.owner.operation for use in value.uses]
     users = [u for u in users if u.name != "tile.hint"]
     if not users or depth > _NARROW_SEARCH_DEPTH:
