@@ -13,8 +13,9 @@ runtime uses NumPy's) and ``out=`` (results, and any scratch a peer needs, alloc
 PyTorch's allocator gets no transparent huge pages unless ``THP_MEM_ALLOC_ENABLE=1`` is set
 before torch is imported, so its fresh figures are measured again in a child process with it
 set (beside tilec's, for a ratio from one process).  Within a mode the implementations run
-in turn, round after round, so that the machine's drift touches all of them alike.  Every
-peer's result is checked against tilec's before timing.
+round after round, each round in a new shuffled order, so that the machine's drift and the
+state of its caches touch all of them alike.  Every peer's result is checked against tilec's
+before timing.
 
     .venv/bin/tilec bench [--quick] [--no-torch] [--ops OP,...] [--arch native] [-o FILE]
 
@@ -29,6 +30,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -58,6 +60,7 @@ MODES = ("fresh", "out=")
 THREADS = os.cpu_count() or 1
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+ORDER_SEED = 2026            # the shuffles of median_times
 
 Run = Callable[[], Any]      # one call of an implementation, ready to time
 Times = dict[str, dict[str, float]]    # output mode -> implementation -> median seconds
@@ -360,15 +363,22 @@ class Case:
 
 
 def median_times(runs: dict[str, Run], repeat: int, warmup: int) -> dict[str, float]:
-    """Median seconds of each run over ``repeat`` rounds that call every run once in turn."""
+    """Median seconds of each run over ``repeat`` rounds that call every run once, in an order
+    shuffled afresh each round (seeded: the same in every run of the bench).  The machine's
+    last-level cache can hold several of these working sets (480 MiB on the machine of
+    ``results/``), so a call finds its inputs in cache or not depending on what ran just
+    before it: a fixed order would favour whoever follows the one that read the same arrays."""
     for run in runs.values():
         for _ in range(warmup):
             run()
     samples: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    shuffler = random.Random(ORDER_SEED)
     for _ in range(repeat):
-        for name, run in runs.items():
+        shuffler.shuffle(order)
+        for name in order:
             start = time.perf_counter()
-            run()
+            runs[name]()
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(s) for name, s in samples.items()}
 
@@ -389,15 +399,21 @@ def check(name: str, got: Any, want: np.ndarray, dtype: str) -> None:
 def copy_runs(nbytes: int) -> dict[str, Run]:
     """``np.copyto`` between preallocated buffers moving ``nbytes`` (read + written): on one
     thread (``copy``), and cut in ``THREADS`` parts copied on as many threads (``copy_all``;
-    NumPy lets go of the GIL while it copies)."""
-    source = np.ones(nbytes // 8, np.float32)
-    target = np.empty_like(source)
+    NumPy lets go of the GIL while it copies).  Each copy has buffers of its own, as each
+    kernel has: sharing them, the second copy would find them where the first left them, in
+    cache, a start that no kernel gets."""
+    def buffers() -> tuple[np.ndarray, np.ndarray]:
+        source = np.ones(nbytes // 8, np.float32)
+        return source, np.empty_like(source)
+
+    one_target, one_source = buffers()[::-1]
+    source, target = buffers()
     parts = list(zip(np.array_split(target, THREADS), np.array_split(source, THREADS)))
 
     def copy_all() -> None:
         for pending in [_copier().submit(np.copyto, t, s) for t, s in parts]:
             pending.result()
-    return {"copy": lambda: np.copyto(target, source), "copy_all": copy_all}
+    return {"copy": lambda: np.copyto(one_target, one_source), "copy_all": copy_all}
 
 
 @functools.lru_cache(maxsize=1)
@@ -411,9 +427,10 @@ def roof(times: dict[str, float]) -> float:
 
 
 def best_copy(cases: Sequence["Case"]) -> float:
-    """The copy bandwidth (bytes/s) of the run: the best of every case's faster copy.  Every
-    case moves far more than the caches hold, so they measure one roof; taking its best keeps
-    a copy slowed by a busy machine from flattering the kernel timed beside it."""
+    """The copy bandwidth (bytes/s) of the run: the best of every case's faster copy.  Run in
+    shuffled order with buffers of their own, the copies of every case measure one roof
+    (within the noise); taking its best keeps a copy slowed by a busy machine from flattering
+    the kernel timed beside it."""
     return max(case.nbytes / roof(times) for case in cases for times in case.times.values())
 
 
