@@ -61,6 +61,8 @@ THREADS = os.cpu_count() or 1
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 ORDER_SEED = 2026            # the shuffles of median_times
+NATIVE = "native"
+NATIVE_RUN = "tilec native"  # out= also times tilec built for this machine (unless it is)
 
 Run = Callable[[], Any]      # one call of an implementation, ready to time
 Times = dict[str, dict[str, float]]    # output mode -> implementation -> median seconds
@@ -453,13 +455,18 @@ class Settings:
             "--arch", self.arch, "--repeat", str(self.repeat), "--warmup", str(self.warmup)]
 
 
-def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[str]]) -> Case:
+def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[str]],
+            native: bool = True) -> Case:
     """Time tilec, the copies and the peers on ``op`` in each mode of ``plan`` (mode -> its
-    peers)."""
+    peers); with ``native``, in the out= mode also tilec built for this machine (unless the
+    settings build it so already)."""
     rng = np.random.default_rng(0)
     args = make_inputs(op, settings.size, dtype, rng)
-    library = tilec.compile(str(BENCH / "ops" / f"{op}.tile"), arch=settings.arch)
-    kernel = library[f"{op}_{SUFFIX[dtype]}"]
+    def build(arch: str) -> Any:
+        library = tilec.compile(str(BENCH / "ops" / f"{op}.tile"), arch=arch)
+        return library[f"{op}_{SUFFIX[dtype]}"]
+
+    kernel = build(settings.arch)
     want = kernel(*args)
     case = Case(op, dtype, sum(a.nbytes for a in args) + want.nbytes)
     for mode, peers in plan.items():
@@ -467,6 +474,11 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
         runs: dict[str, Run] = {
             **copy_runs(case.nbytes),
             "tilec": (lambda: kernel(*args)) if out is None else (lambda: kernel(*args, out=out))}
+        if native and out is not None and settings.arch != NATIVE:
+            native, native_out = build(NATIVE), np.empty_like(want)
+            runs[NATIVE_RUN] = lambda: native(*args, out=native_out)
+            runs[NATIVE_RUN]()
+            check(f"tilec --arch {NATIVE}", native_out, want, dtype)
         for peer in peers:
             target = None if out is None else np.empty_like(want)
             try:
@@ -514,8 +526,10 @@ def table(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
     peer_columns = [(p, with_thp) for p in peers
                     for with_thp in ((False, True) if thp and p != "numpy" else (False,))]
     titles = [PEER_TITLES[p] + (" THP" if t else "") for p, t in peer_columns]
+    native = any(NATIVE_RUN in times for case in cases for times in case.times.values())
     head = ["op", "dtype", "outputs", "MB moved", f"copy GB/s, 1 / {THREADS} threads",
-            "tilec ms", "tilec GB/s", "% of copy"] + titles
+            "tilec ms", "tilec GB/s", "% of copy"] + (
+            [f"tilec --arch {NATIVE} ms (% of copy)"] if native else []) + titles
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case in cases:
         for mode, times in case.times.items():
@@ -524,6 +538,10 @@ def table(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
                    " / ".join(f"{case.nbytes / c / 1e9:.1f}" for c in copies),
                    f"{tilec_s * 1e3:.3g}", f"{case.nbytes / tilec_s / 1e9:.1f}",
                    _percent(case.nbytes / bandwidth / tilec_s)]
+            if native:
+                native_s = times.get(NATIVE_RUN)
+                row.append("" if native_s is None else f"{native_s * 1e3:.3g} "
+                           f"({_percent(case.nbytes / bandwidth / native_s)})")
             for peer, with_thp in peer_columns:
                 if not with_thp:
                     row.append(_cell(times.get(peer), tilec_s))
@@ -687,7 +705,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     settings = Settings(args.quick, args.arch, args.repeat, args.warmup)
     if args.thp_child:
         plan = {"fresh": ("torch", "compile"), "out=": ()}
-        cases = [measure(op, dtype, settings, plan) for op in ops for dtype in DTYPES]
+        cases = [measure(op, dtype, settings, plan, native=False) for op in ops
+                 for dtype in DTYPES]
         Path(args.thp_child).write_text(json.dumps({f"{c.op}/{c.dtype}": c.times
                                                     for c in cases}))
         return 0
