@@ -141,7 +141,8 @@ _FLOAT_UNARY: UnaryTable = {
     "sin": mathlib.sin,
     "cos": mathlib.cos,
     **{name: (lambda x, f=f: f(x, mathlib.FULL)) for name, f in _TWO_PRECISIONS.items()},
-    **{name + NARROW: (lambda x, f=f: f(x, mathlib.NARROW)) for name, f in _TWO_PRECISIONS.items()},
+    **{name + NARROW: (lambda x, f=f: f(x, mathlib.NARROW))
+       for name, f in _TWO_PRECISIONS.items()},
 }
 
 NARROW_FLOATS = ("float16", "bfloat16")
@@ -154,7 +155,8 @@ def _rounded_narrow(value: Any, depth: int = 0) -> bool:
     """Whether every element of ``value`` is rounded to float16 or bfloat16 (by a ``cast`` or
     the store of a result) before anything but a product, a quotient or a negation reads it
     (a softmax would not do: it turns an absolute error into a relative one): then mathlib's
-    NARROW precision, a fiftieth of that rounding, cannot show in any result beyond it.  A longer chain than _NARROW_SEARCH_DEPTH is not followed."""
+    NARROW precision, a fiftieth of that rounding, cannot show in any result beyond it.  A
+    chain longer than _NARROW_SEARCH_DEPTH is not followed."""
     users = [use.owner.operation for use in value.uses]
     users = [u for u in users if u.name != "tile.hint"]
     if not users or depth > _NARROW_SEARCH_DEPTH:
