@@ -31,7 +31,9 @@ are prefetched into L2 (:meth:`_Kernel.prefetch_next_row`), so that their reads 
 row's arithmetic.  A contiguous output row of an output of STREAM_MIN_BYTES or more (decided
 at run time) is computed block by block into a scratch row and copied out with non-temporal
 stores, which do not read the lines they overwrite (:meth:`_Kernel.row_out`); the kernel then
-ends with an ``sfence``.
+ends with an ``sfence``.  The row of a stored softmax is copied out during the next row's
+exponentials instead, so that the stores drain while the core computes
+(:meth:`_Kernel.deferred_stream`).
 """
 from __future__ import annotations
 
@@ -189,6 +191,11 @@ class _Kernel(RowLowering):
         self.rows_out: dict[int, _RowOut] = {}    # output number -> where its row goes
         self.next_coords: list[Num] = []          # the grid point after ``coords``
         self.next_row_in_launch: Optional[Num] = None   # whether this launch computes it
+        self.row_in_launch: Optional[Num] = None  # the row's number within this launch
+        self.rows_in_launch: Optional[Num] = None
+        # output number -> where the base of its row's place in the output is kept until the
+        # next row streams that row out (:meth:`deferred_stream`)
+        self.deferred: dict[int, ir.Value] = {}
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
@@ -208,6 +215,8 @@ class _Kernel(RowLowering):
                 self.entry = ir.InsertionPoint(block)
                 self._bind_symbols(dims_buffer)
                 self._row_loop(Num(row_begin), Num(row_end))
+                for k, pending in self.deferred.items():
+                    self.stream_last_row(self.rows_out[k], pending)
                 if any(out.streams is not None for out in self.rows_out.values()):
                     # non-temporal stores are weakly ordered: drain them before returning
                     llvm.call_intrinsic(None, "llvm.x86.sse.sfence", [], [], [])
@@ -242,6 +251,8 @@ class _Kernel(RowLowering):
         one = const(index(), 1)
         loop = scf.ForOp(row_begin.value, row_end.value, one.value, [c.value for c in carried])
         self.entry = ir.InsertionPoint(loop.operation)
+        with self.entry:
+            self.rows_in_launch = row_end - row_begin
         with ir.InsertionPoint(loop.body):
             row = Num(loop.induction_variable)
             if carried:
@@ -250,6 +261,7 @@ class _Kernel(RowLowering):
             elif extents:
                 self.coords, self.next_coords = [row], [row + 1]
             self.next_row_in_launch = (row + 1).lt(row_end)
+            self.row_in_launch = row - row_begin
             self.body()
             scf.YieldOp([c.value for c in self.next_coords] if carried else [])
 
@@ -266,9 +278,15 @@ class _Kernel(RowLowering):
                 self.stream(out.staging, out.dest, *whole)
                 scf.YieldOp([])
         else:
+            k = next(i for i, v in enumerate(self.returned) if v == op.results[0])
             branch = scf.IfOp(out.streams.value, has_else=True)
             with ir.InsertionPoint(branch.then_block):
-                self.write_streaming(value, out.staging, out.dest)
+                if k in self.deferred:     # streamed out by the next row, or after the last
+                    self.write(value, out.staging)
+                    base = out.dest.base if out.dest.base is not None else const(index(), 0)
+                    memref.store(base.value, self.deferred[k], [const(index(), 0).value])
+                else:
+                    self.write_streaming(value, out.staging, out.dest)
                 scf.YieldOp([])
             with ir.InsertionPoint(branch.else_block):
                 self.write(value, out.dest)
@@ -307,7 +325,7 @@ class _Kernel(RowLowering):
         computed, and each line but the row's first and last is written by them whole."""
         count = self.dim(dest.sizes[0])
         element = ELEMENT_BYTES[dest.storage]
-        head = (((0 - self.row_address(dest)) & (CACHE_LINE_BYTES - 1)) // element).minimum(count)
+        head = self.line_head(dest, count)
         self.compute_and_stream(x, staging, dest, const(index(), 0), head)
         block = const(index(), STREAM_BLOCK_BYTES // element)
         blocks = scf.ForOp(head.value, count.value, block.value)
@@ -315,6 +333,12 @@ class _Kernel(RowLowering):
             lo = Num(blocks.induction_variable)
             self.compute_and_stream(x, staging, dest, lo, (lo + block).minimum(count))
             scf.YieldOp([])
+
+    def line_head(self, dest: View, count: Num) -> Num:
+        """How many of the first ``count`` elements of the contiguous row ``dest`` come before
+        its first cache-line boundary."""
+        element = ELEMENT_BYTES[dest.storage]
+        return (((0 - self.row_address(dest)) & (CACHE_LINE_BYTES - 1)) // element).minimum(count)
 
     def compute_and_stream(self, x: Lazy, staging: View, dest: View, lo: Num, hi: Num) -> None:
         """Elements [lo, hi) of the row ``x`` computed into ``staging``, then streamed."""
@@ -540,22 +564,98 @@ class _Kernel(RowLowering):
         shifted = Map("sub", (x, spread(top, x.sizes, [axis])), x.sizes, x.dtype)
         exps = self.output_row(op.results[0]) or self.scratch(x.sizes, x.dtype)
         exp = EXP_NONPOSITIVE + (NARROW if _rounded_narrow(op.results[0]) else "")
-        total = self.combine_over(Map(exp, (shifted,), x.sizes, x.dtype), [axis],
-                                  _sum, 0.0, True, copy_to=exps)
+        element = Map(exp, (shifted,), x.sizes, x.dtype)
+        deferred = self.deferred_stream(op, x)
+        if deferred is None:
+            total = self.combine_over(element, [axis], _sum, 0.0, True, copy_to=exps)
+        else:
+            total = Splat(self.sum_streaming_previous(element, exps, deferred), (ONE,), x.dtype)
         if isinstance(total, Splat):
             inverse = Splat(1.0 / total.value, x.sizes, x.dtype)
             return Map("mul", (exps, inverse), x.sizes, x.dtype)
         return Map("div", (exps, spread(total, x.sizes, [axis])), x.sizes, x.dtype)
+
+    def deferred_stream(self, op: Any, x: Lazy) -> Optional[int]:
+        """The output whose row the softmax ``op`` of the row ``x`` computes, when that row
+        streams out at the next row, during this softmax's pass of exponentials (the costliest
+        one), instead of right after it is computed, with nothing to overlap (which left the
+        core waiting on memory for a third of the time of a float16 softmax at 4096 x 4096):
+        a grid kernel whose softmax runs along a row of one axis and is only stored (or only
+        cast, then stored) to an output that may stream and shares no other buffer's memory.
+        Its row is then computed whole into the staging row and streamed out by the next row
+        before its own store overwrites the staging row (or, the launch's last row, after the
+        row loop: :meth:`stream_last_row`); the base of its place in the output waits in a
+        scratch cell.  None where not."""
+        if not self.grid or len(x.sizes) != 1:
+            return None
+        store = _only_user(op.results[0])
+        if store is not None and store.name == "tile.cast":
+            store = _only_user(store.results[0])
+        if store is None or store.name != "tile.store_row":
+            return None
+        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        if self.reused(k) or self.row_out(store).staging is None:
+            return None
+        with self.entry:
+            cell = memref.alloca(ir.MemRefType.get([1], index()), [], [])
+            memref.store(const(index(), 0).value, cell, [const(index(), 0).value])
+        self.deferred[k] = cell
+        return k
+
+    def sum_streaming_previous(self, element: Lazy, copy_to: View, k: int) -> Num:
+        """The sum of the row ``element``, each element also stored to ``copy_to``, in blocks
+        of STREAM_BLOCK_BYTES of the output: before each block, when this launch computed a
+        row before this one and it streams, the next part of that row goes out
+        (:meth:`stream`), ahead of the block, because a softmax stored straight to its output
+        keeps its exponentials in the staging row that holds that row."""
+        out = self.rows_out[k]
+        count = self.dim(element.sizes[0])
+        previous = self.previous_row(out, self.deferred[k])
+        head = self.line_head(previous, count)
+        block = const(index(), STREAM_BLOCK_BYTES // ELEMENT_BYTES[out.dest.storage])
+        pending = out.streams & self.row_in_launch.gt(0)
+        zero = const(index(), 0)
+        blocks = scf.ForOp(zero.value, count.value, block.value, [const(f32(), 0.0).value])
+        with ir.InsertionPoint(blocks.body):
+            lo = Num(blocks.induction_variable)
+            with ir.InsertionPoint(scf.IfOp(pending.value).then_block):
+                # whole lines after the first block: [0, head + block), then block by block
+                begin = select(lo.eq(0), zero, (head + lo).minimum(count))
+                self.stream(out.staging, previous, begin, (head + lo + block).minimum(count))
+                scf.YieldOp([])
+            elements = scf.ForOp(lo.value, (lo + block).minimum(count).value,
+                                 const(index(), 1).value, [blocks.inner_iter_args[0]])
+            with ir.InsertionPoint(elements.body):
+                ivs = [Num(elements.induction_variable)]
+                value = self.load(element, ivs, {})
+                self.store(value, copy_to, ivs)
+                scf.YieldOp([_sum(Num(elements.inner_iter_args[0]), value).value])
+            scf.YieldOp([elements.results[0]])
+        return Num(blocks.results[0])
+
+    def previous_row(self, out: _RowOut, pending: ir.Value) -> View:
+        """The row of ``out``'s output whose base waits in ``pending``."""
+        dest = out.dest
+        base = Num(memref.load(pending, [const(index(), 0).value]))
+        return View(dest.buffer, dest.storage, base, dest.offset, dest.sizes, dest.strides,
+                    dest.dtype)
+
+    def stream_last_row(self, out: _RowOut, pending: ir.Value) -> None:
+        """After the row loop: the launch's last row of a deferred output out of staging."""
+        last = out.streams & self.rows_in_launch.gt(0)
+        with ir.InsertionPoint(scf.IfOp(last.value).then_block):
+            previous = self.previous_row(out, pending)
+            self.stream(out.staging, previous, const(index(), 0), self.dim(previous.sizes[0]))
+            scf.YieldOp([])
 
     def output_row(self, value: Any) -> Optional[View]:
         """Where the output row that ``value`` is stored to is computed
         (:meth:`row_out`), if storing it there is its one use and the output shares no other
         buffer's memory (``tile.reuse``), so that it can hold partial results until the
         store; else None."""
-        uses = [use.owner.operation for use in value.uses]
-        if len(uses) != 1 or uses[0].name != "tile.store_row":
+        store = _only_user(value)
+        if store is None or store.name != "tile.store_row":
             return None
-        store = uses[0]
         k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
         if self.reused(k):
             return None
@@ -590,6 +690,12 @@ class _Kernel(RowLowering):
                                rows + [n])
         return out
 
+
+
+def _only_user(value: Any) -> Optional[Any]:
+    """The op that reads ``value``, if it has one reader."""
+    users = [use.owner.operation for use in value.uses]
+    return users[0] if len(users) == 1 else None
 
 
 def _pointer(address: Num) -> ir.Value:
