@@ -14,8 +14,9 @@ PyTorch's allocator gets no transparent huge pages unless ``THP_MEM_ALLOC_ENABLE
 before torch is imported, so its fresh figures are measured again in a child process with it
 set (beside tilec's, for a ratio from one process).  Within a mode the implementations run
 round after round, each round in a new shuffled order, so that the machine's drift and the
-state of its caches touch all of them alike.  Every peer's result is checked against tilec's
-before timing.
+state of its caches touch all of them alike; the rounds are shared out among passes over
+every case, so that each case is sampled across the whole run.  Every peer's result is
+checked against tilec's before timing.
 
     .venv/bin/tilec bench [--quick] [--no-torch] [--ops OP,...] [--arch native] [-o FILE]
 
@@ -60,7 +61,7 @@ MODES = ("fresh", "out=")
 THREADS = os.cpu_count() or 1
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-ORDER_SEED = 2026            # the shuffles of median_times
+ORDER_SEED = 2026            # the shuffles of sample_times
 NATIVE = "native"
 NATIVE_RUN = "tilec native"  # out= also times tilec built for this machine (unless it is)
 
@@ -322,28 +323,43 @@ def compile_peer(op: str, args: Sequence[np.ndarray], out: Optional[np.ndarray])
     import torch
 
     tensors = [torch.from_numpy(a) for a in args]
-    expression = torch_expression(op)
-    torch._dynamo.reset()    # each case compiles afresh: no recompilation limit, no stale guards
     if out is None:
-        compiled = torch.compile(expression, dynamic=False)
+        compiled = _compiled(op, into=False)
 
         def run() -> Any:
             return compiled(*tensors)
     else:
-        def into(*a: Any, out: Any) -> None:
-            out.copy_(expression(*a))
-
-        compiled_into = torch.compile(into, dynamic=False)
+        compiled_into = _compiled(op, into=True)
         target = torch.from_numpy(out)
 
         def run() -> Any:
             return compiled_into(*tensors, out=target)
     try:
-        run()     # compiles
+        run()     # compiles, in the first pass
     except Exception as e:  # inductor's failures have many types: report any as the reason
         first = (str(e).strip().splitlines() or [""])[0][:160]
         raise Unsupported(f"torch.compile failed: {type(e).__name__}: {first}") from None
     return run
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(op: str, into: bool) -> Callable[..., Any]:
+    """One torch.compile of ``op``'s expression (``into``: copied into ``out=``) for the
+    whole run, so that later passes find it compiled.  Every op's ``into`` shares one code
+    object, which dynamo compiles once per op and dtype: the recompilation limit is raised
+    for that."""
+    import torch
+
+    config = torch._dynamo.config
+    setattr(config, "recompile_limit" if hasattr(config, "recompile_limit")
+            else "cache_size_limit", 4 * len(OPS) * len(DTYPES))
+    expression = torch_expression(op)
+    if not into:
+        return torch.compile(expression, dynamic=False)
+
+    def copied(*a: Any, out: Any) -> None:
+        out.copy_(expression(*a))
+    return torch.compile(copied, dynamic=False)
 
 
 PEER_RUNS: dict[str, Callable[[str, Sequence[np.ndarray], Optional[np.ndarray]], Run]] = {
@@ -360,29 +376,36 @@ class Case:
     op: str
     dtype: str
     nbytes: int                                                # an ideal kernel's traffic
-    times: Times = field(default_factory=dict)
+    # mode -> implementation -> seconds of each timed call, from every pass
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)     # impl -> why it has no figure
 
+    @property
+    def times(self) -> Times:
+        """mode -> implementation -> the median of its samples."""
+        return {mode: {name: statistics.median(s) for name, s in runs.items()}
+                for mode, runs in self.samples.items()}
 
-def median_times(runs: dict[str, Run], repeat: int, warmup: int) -> dict[str, float]:
-    """Median seconds of each run over ``repeat`` rounds that call every run once, in an order
-    shuffled afresh each round (seeded: the same in every run of the bench).  The machine's
-    last-level cache can hold several of these working sets (480 MiB on the machine of
-    ``results/``), so a call finds its inputs in cache or not depending on what ran just
-    before it: a fixed order would favour whoever follows the one that read the same arrays."""
+
+def sample_times(runs: dict[str, Run], rounds: int, warmup: int,
+                 shuffler: random.Random) -> dict[str, list[float]]:
+    """Seconds of each run in ``rounds`` rounds that call every run once, in an order shuffled
+    afresh each round.  The machine's last-level cache can hold several of these working sets
+    (480 MiB on the machine of ``results/``), so a call finds its inputs in cache or not
+    depending on what ran just before it: a fixed order would favour whoever follows the one
+    that read the same arrays."""
     for run in runs.values():
         for _ in range(warmup):
             run()
     samples: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
-    shuffler = random.Random(ORDER_SEED)
-    for _ in range(repeat):
+    for _ in range(rounds):
         shuffler.shuffle(order)
         for name in order:
             start = time.perf_counter()
             runs[name]()
             samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
 
 
 def _as_numpy(value: Any) -> np.ndarray:
@@ -442,8 +465,9 @@ class Settings:
 
     quick: bool = False
     arch: str = "x86-64-v3"       # tilec's --arch
-    repeat: int = 11
+    repeat: int = 12
     warmup: int = 2
+    passes: int = 3
 
     @property
     def size(self) -> Size:
@@ -452,14 +476,21 @@ class Settings:
     def options(self) -> list[str]:
         """These settings as command-line options."""
         return (["--quick"] if self.quick else []) + [
-            "--arch", self.arch, "--repeat", str(self.repeat), "--warmup", str(self.warmup)]
+            "--arch", self.arch, "--repeat", str(self.repeat), "--warmup", str(self.warmup),
+            "--passes", str(self.passes)]
+
+    def rounds(self, pass_number: int) -> int:
+        """The rounds of pass ``pass_number``: ``repeat`` shared out among the passes."""
+        return self.repeat // self.passes + (pass_number < self.repeat % self.passes)
 
 
 def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[str]],
-            native: bool = True) -> Case:
+            rounds: int, native: bool = True, case: Optional[Case] = None,
+            pass_number: int = 0) -> Case:
     """Time tilec, the copies and the peers on ``op`` in each mode of ``plan`` (mode -> its
-    peers); with ``native``, in the out= mode also tilec built for this machine (unless the
-    settings build it so already)."""
+    peers) for ``rounds`` rounds, adding the samples to ``case`` (a new one if None); with
+    ``native``, in the out= mode also tilec built for this machine (unless the settings build
+    it so already)."""
     rng = np.random.default_rng(0)
     args = make_inputs(op, settings.size, dtype, rng)
     def build(arch: str) -> Any:
@@ -468,7 +499,7 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
 
     kernel = build(settings.arch)
     want = kernel(*args)
-    case = Case(op, dtype, sum(a.nbytes for a in args) + want.nbytes)
+    case = case or Case(op, dtype, sum(a.nbytes for a in args) + want.nbytes)
     for mode, peers in plan.items():
         out = None if mode == "fresh" else np.empty_like(want)
         runs: dict[str, Run] = {
@@ -490,7 +521,10 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
             check(f"{PEER_TITLES[peer]} ({mode})", result if target is None else target, want,
                   dtype)
             runs[peer] = run
-        case.times[mode] = median_times(runs, settings.repeat, settings.warmup)
+        shuffler = random.Random(f"{ORDER_SEED}/{op}/{dtype}/{mode}/{pass_number}")
+        sampled = sample_times(runs, rounds, settings.warmup, shuffler)
+        for name, times in sampled.items():
+            case.samples.setdefault(mode, {}).setdefault(name, []).extend(times)
     return case
 
 
@@ -635,7 +669,8 @@ def environment(settings: Settings, peers: Sequence[str], load: tuple[float, flo
     size = settings.size
     lines.append(f"- size: tokens {size.tokens} x hidden {size.hidden} (rope: {size.heads} "
                  f"heads of {HEAD_DIM}; swiglu reads 2*hidden); median of {settings.repeat} "
-                 f"rounds after {settings.warmup} warm-up calls each")
+                 f"rounds, in {settings.passes} passes over every case, each pass's rounds "
+                 f"after {settings.warmup} warm-up calls (the THP child: one pass)")
     return "\n".join(lines)
 
 
@@ -692,7 +727,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--repeat", type=int, default=Settings.repeat,
                    help=f"timed rounds (default {Settings.repeat})")
     p.add_argument("--warmup", type=int, default=Settings.warmup,
-                   help=f"untimed calls first (default {Settings.warmup})")
+                   help=f"untimed calls first, in each pass (default {Settings.warmup})")
+    p.add_argument("--passes", type=int, default=Settings.passes,
+                   help="times over every case, the rounds shared out among them, so that "
+                        f"each case is sampled across the whole run (default {Settings.passes})")
     p.add_argument("-o", dest="output",
                    help="also write the report here (default: bench/results/cpu-DATE.md for a "
                         "full run: every op, with the torch peers, not --quick)")
@@ -702,23 +740,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         p.error(f"unknown op '{unknown[0]}'; ops: {', '.join(OPS)}")
-    settings = Settings(args.quick, args.arch, args.repeat, args.warmup)
+    if min(args.repeat, args.passes) < 1 or args.passes > args.repeat:
+        p.error("--passes must be between 1 and --repeat")
+    settings = Settings(args.quick, args.arch, args.repeat, args.warmup, args.passes)
     if args.thp_child:
         plan = {"fresh": ("torch", "compile"), "out=": ()}
-        cases = [measure(op, dtype, settings, plan, native=False) for op in ops
-                 for dtype in DTYPES]
+        cases = [measure(op, dtype, settings, plan, settings.repeat, native=False)
+                 for op in ops for dtype in DTYPES]
         Path(args.thp_child).write_text(json.dumps({f"{c.op}/{c.dtype}": c.times
                                                     for c in cases}))
         return 0
     peers = ("numpy",) if args.no_torch else PEERS
     load_before = os.getloadavg()[0]
-    cases = []
-    for op in ops:
-        for dtype in DTYPES:
-            print(f"bench: {op} {dtype}", file=sys.stderr, flush=True)
-            cases.append(measure(op, dtype, settings, {mode: peers for mode in MODES}))
+    cases: dict[tuple[str, str], Case] = {}
+    for number in range(settings.passes):
+        for op in ops:
+            for dtype in DTYPES:
+                print(f"bench: pass {number + 1}/{settings.passes}: {op} {dtype}",
+                      file=sys.stderr, flush=True)
+                cases[op, dtype] = measure(op, dtype, settings,
+                                           {mode: peers for mode in MODES},
+                                           settings.rounds(number), case=cases.get((op, dtype)),
+                                           pass_number=number)
     thp = {} if args.no_torch else thp_times(ops, settings)
-    text = report(cases, thp, peers, settings, (load_before, os.getloadavg()[0]))
+    text = report(list(cases.values()), thp, peers, settings,
+                  (load_before, os.getloadavg()[0]))
     sys.stdout.write(text)
     full = not args.quick and not args.no_torch and set(ops) == set(OPS)
     output = args.output or (BENCH / "results" / f"cpu-{datetime.date.today().isoformat()}.md"
