@@ -493,6 +493,7 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
     it so already)."""
     rng = np.random.default_rng(0)
     args = make_inputs(op, settings.size, dtype, rng)
+
     def build(arch: str) -> Any:
         library = tilec.compile(str(BENCH / "ops" / f"{op}.tile"), arch=arch)
         return library[f"{op}_{SUFFIX[dtype]}"]
@@ -506,8 +507,8 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
             **copy_runs(case.nbytes),
             "tilec": (lambda: kernel(*args)) if out is None else (lambda: kernel(*args, out=out))}
         if native and out is not None and settings.arch != NATIVE:
-            native, native_out = build(NATIVE), np.empty_like(want)
-            runs[NATIVE_RUN] = lambda: native(*args, out=native_out)
+            native_kernel, native_out = build(NATIVE), np.empty_like(want)
+            runs[NATIVE_RUN] = lambda: native_kernel(*args, out=native_out)
             runs[NATIVE_RUN]()
             check(f"tilec --arch {NATIVE}", native_out, want, dtype)
         for peer in peers:

@@ -432,3 +432,11 @@ def test_narrow_values_are_computed_with_the_narrow_coefficients():
                          for precision, p in (("narrow", mathlib.NARROW), ("full", mathlib.FULL))}
             assert constants[name] in text
             assert constants["full" if name == "narrow" else "narrow"] not in text
+
+
+def test_a_narrow_variant_costs_what_its_op_costs():
+    """``gelu.narrow`` is still a transcendental: worth keeping in scratch when read twice,
+    not worth streaming out (values.Map.expensive)."""
+    from tilec.codegen.common.values import Map
+    assert Map("gelu.narrow", (), (), "float16").expensive
+    assert not Map("mul", (), (), "float16").expensive
