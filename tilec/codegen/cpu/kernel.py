@@ -75,8 +75,9 @@ class KernelSignature:
 CACHE_LINE_BYTES = 64
 PREFETCH_MIN_BYTES = 1024   # shorter rows are left to the hardware prefetchers
 # and so is a row's part beyond this: a longer burst of prefetches competes with the row's own
-# reads (SwiGLU's rows of 32 KiB lost 13% prefetched whole)
-PREFETCH_MAX_BYTES = 8192
+# reads and stores (SwiGLU's rows of 32 KiB lost 13% prefetched whole; against 8 KiB, 2 KiB
+# was 2-5% faster over the six bench operators in four runs, 5-12% for GELU and SwiGLU)
+PREFETCH_MAX_BYTES = 2048
 PREFETCH_TO_L2 = 2          # llvm.prefetch's locality 2: prefetcht1
 # An output at least this big is stored past the caches: on the machine this was tuned on
 # (2 cores, 2 MiB of L2 each), softmax and the norms won 7-35% streaming 48 MiB or more, broke
