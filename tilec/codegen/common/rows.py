@@ -348,8 +348,12 @@ class RowLowering(LayoutOps):
             return view
         return Splat(self.load(view, [], {}), (), view.dtype)
 
+    def output_number(self, store: Any) -> int:
+        """Which of the kernel's outputs the ``tile.store_row`` op ``store`` writes."""
+        return next(i for i, v in enumerate(self.returned) if v == store.results[0])
+
     def store_row(self, op: Any) -> None:
-        k = next(i for i, v in enumerate(self.returned) if v == op.results[0])
+        k = self.output_number(op)
         dest = self.global_row(op, self.out_buffers[k], self.outputs[k])
         self.write(self.lazy(op.operands[0]), dest)
 

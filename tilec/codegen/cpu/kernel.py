@@ -279,7 +279,7 @@ class _Kernel(RowLowering):
                 self.stream(out.staging, out.dest, *whole)
                 scf.YieldOp([])
         else:
-            k = next(i for i, v in enumerate(self.returned) if v == op.results[0])
+            k = self.output_number(op)
             branch = scf.IfOp(out.streams.value, has_else=True)
             with ir.InsertionPoint(branch.then_block):
                 if k in self.deferred:     # streamed out by the next row, or after the last
@@ -303,7 +303,7 @@ class _Kernel(RowLowering):
         memory traffic (the last pass of softmax or a norm); a row of transcendentals keeps
         the cores busy meanwhile and would only pay for the copy, so it does not stream (on
         two cores GELU and SwiGLU lost 8-13% streamed)."""
-        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        k = self.output_number(store)
         if k in self.rows_out:
             return self.rows_out[k]
         dest = self.global_row(store, self.out_buffers[k], self.outputs[k])
@@ -594,7 +594,7 @@ class _Kernel(RowLowering):
             store = _only_user(store.results[0])
         if store is None or store.name != "tile.store_row":
             return None
-        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        k = self.output_number(store)
         if self.reused(k) or self.row_out(store).staging is None:
             return None
         with self.entry:
@@ -657,7 +657,7 @@ class _Kernel(RowLowering):
         store = _only_user(value)
         if store is None or store.name != "tile.store_row":
             return None
-        k = next(i for i, v in enumerate(self.returned) if v == store.results[0])
+        k = self.output_number(store)
         if self.reused(k):
             return None
         return self.row_out(store).target
