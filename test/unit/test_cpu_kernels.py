@@ -179,6 +179,9 @@ BUILTINS: dict[str, Case] = {
     "softmax_first": Case(MN, F32, "return softmax(x, axis=0);", xs(np.float32)),
     "softmax_last_bf16": Case("x: Tensor<bf16>[m, n]", "Tensor<bf16>[m, n]",
                               "return softmax(x, axis=-1);", xs(ml_dtypes.bfloat16)),
+    "softmax_last_f16": Case("x: Tensor<f16>[m, n]", "Tensor<f16>[m, n]",
+                             "return cast(softmax(cast(x, float32), axis=-1), float16);",
+                             xs(np.float16)),
     "softmax_middle": Case("x: Tensor<f16>[a, m, n]", "Tensor<f16>[a, m, n]",
                            "return softmax(x * 3.0, axis=-2);", amn(np.float16)),
     "transpose_2d": Case(MN, "Tensor<f32>[n, m]", "return transpose(x, perm=[1, 0]) + 1.0;",
@@ -254,30 +257,46 @@ def test_special_values(builtins):
         check(builtins, f"unary_{op}", x)
 
 
+NAN_ROWS = 7
+
+
 def softmax_rows(n: int = 100) -> np.ndarray:
-    """Rows that make the reference's softmax all NaN (a NaN first, inside, last; an inf; all
-    -inf; all NaN), rows it handles (some -inf, the largest floats), and an ordinary one."""
-    rows = np.tile(rand(n), (10, 1)).astype(np.float32)
+    """The first NAN_ROWS rows make the reference's softmax all NaN (a NaN first, inside, last;
+    a NaN with its sign bit set; an inf; all -inf; all NaN), the others it handles (some -inf,
+    the largest floats; two spanning 120, where an x - max above 0 would overflow: all
+    negative, and of both signs with signed zeros) and an ordinary one."""
+    rows = np.tile(rand(n), (12, 1)).astype(np.float32)
     rows[0, 0] = rows[1, n // 2] = rows[2, n - 1] = np.nan
-    rows[3, 40] = np.inf
-    rows[4] = -np.inf
-    rows[5] = np.nan
-    rows[6, ::3] = -np.inf
-    rows[7] = 3.4e38
-    rows[8, ::2] = -3.4e38
+    rows[3, 7] = -np.nan
+    rows[4, 40] = np.inf
+    rows[5] = -np.inf
+    rows[6] = np.nan
+    rows[7, ::3] = -np.inf
+    rows[8] = 3.4e38
+    rows[9, ::2] = -3.4e38
+    rows[10] = -np.linspace(1.0, 120.0, n)
+    rows[11] = np.linspace(-60.0, 60.0, n)
+    rows[11, :2] = (-0.0, 0.0)
     return rows
 
 
 def test_softmax_special_values(builtins):
     """NaN and inf through each way softmax is lowered: into the output row (last axis; in
-    float32, and in bfloat16, where the exponentials are rounded to it once more), along a
-    column (first axis), and through float16 scratch (middle axis)."""
+    float32, and in bfloat16 and float16, whose max is taken over the bits: see
+    ``_Kernel.row_max``), along a column (first axis), and through float16 scratch (middle
+    axis)."""
     rows = softmax_rows()
+    assert np.signbit(rows[3, 7]) and np.isnan(rows[3, 7])
     got = check(builtins, "softmax_last", rows)[0]
-    assert np.isnan(got[:6]).all() and not np.isnan(got[6:]).any()
+    assert np.isnan(got[:NAN_ROWS]).all() and not np.isnan(got[NAN_ROWS:]).any()
     check(builtins, "softmax_first", rows.T.copy())
-    got = check(builtins, "softmax_last_bf16", rows.astype(ml_dtypes.bfloat16))[0]
-    assert np.isnan(got[:6].astype(np.float32)).all()
+    for name, dtype in (("softmax_last_bf16", ml_dtypes.bfloat16),
+                        ("softmax_last_f16", np.float16)):
+        with np.errstate(over="ignore"):     # the largest floats become inf in float16
+            narrow = rows.astype(dtype)
+        assert np.signbit(narrow[3, 7])
+        got = check(builtins, name, narrow)[0].astype(np.float32)
+        assert np.isnan(got[:NAN_ROWS]).all()
     with np.errstate(over="ignore"):     # the largest floats become inf in float16
         check(builtins, "softmax_middle", rows.T[None].astype(np.float16))
 
@@ -297,7 +316,7 @@ def test_signatures(builtins):
 # read the same in the bindings' LLVM and llvmlite's, and the scratch allocator (no libm).
 EMITTED = {"free", "malloc", "llvm.fabs.f32", "llvm.floor.f32", "llvm.maximum.f32",
            "llvm.maxnum.f32", "llvm.minimum.f32", "llvm.prefetch.p0", "llvm.roundeven.f64",
-           "llvm.smax.i32", "llvm.smin.i32", "llvm.smin.i64", "llvm.sqrt.f32",
+           "llvm.smax.i16", "llvm.smax.i32", "llvm.smin.i32", "llvm.smin.i64", "llvm.sqrt.f32",
            "llvm.x86.sse.sfence"}
 
 
@@ -369,6 +388,27 @@ def test_a_stored_softmax_streams_its_row_out_during_the_next_row():
                                    "g.tile", CompileOptions(), DiagnosticSink())
             lowered, _ = lower_kernels(module)
             assert ("memref<1xindex>" in str(lowered)) == expected, body
+
+
+def test_a_softmax_of_16_bit_floats_takes_its_max_over_their_bits():
+    """A row of float16 or bfloat16, read as such or through casts, has its max taken as
+    integers (``_Kernel.row_max``); float32 rows, and a softmax along a column, keep the
+    float max."""
+    integer_max = {("f16", "softmax(x, axis=-1)"): True,
+                   ("bf16", "softmax(x, axis=-1)"): True,
+                   ("f16", "cast(softmax(cast(x, float32), axis=-1), float16)"): True,
+                   ("f16", "softmax(cast(cast(x, bf16), f32), axis=-1)"): True,
+                   ("f32", "softmax(x, axis=-1)"): False,
+                   ("f16", "softmax(x * 2.0, axis=-1)"): False,
+                   ("f16", "softmax(x, axis=0)"): False}
+    with make_context():
+        for (dtype, body), expected in integer_max.items():
+            module = kernel_module(f"func g(x: Tensor<{dtype}>[m, n]) -> Tensor<{dtype}>[m, n] "
+                                   f"{{ return {body}; }}", "g.tile", CompileOptions(),
+                                   DiagnosticSink())
+            text = str(lower_kernels(module)[0])
+            assert ("arith.maxsi" in text and ": i16" in text) == expected, (dtype, body)
+            assert ("arith.maxnumf" in text) != expected, (dtype, body)
 
 
 def test_output_off_its_element_alignment_is_not_streamed(streaming):

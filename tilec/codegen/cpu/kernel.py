@@ -42,15 +42,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from ...dialect.types import TensorInfo, tensor_info
+from ...dialect.types import FLOAT_DTYPES, TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import arith, func, ir, llvm, memref, scf
 from ..common.layout import grid_dim, shape_of
 from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
                            argument_storage, grid_point, kernel_target, narrow,
-                           next_grid_point, reduced_sizes, round_to, spread)
-from ..common.scalar import (Num, const, f32, fabs, i32, i64, index, multiply_add, select,
-                             sqrt, to_int)
+                           next_grid_point, reduced_sizes, round_to, spread, widen)
+from ..common.scalar import (Num, bitcast, const, f32, fabs, i32, i64, index, multiply_add,
+                             select, sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, numel, reindex, row_major)
 from . import mathlib
@@ -550,9 +550,10 @@ class _Kernel(RowLowering):
         return reindex(acc, out_sizes, source)
 
     def softmax(self, op: Any) -> Lazy:
-        """Three passes over the row: its max (:func:`_stabilising_max`); ``exp(x - max)``
-        (never above 1: :func:`~.mathlib.exp_nonpositive`) written out while it is summed; the
-        consumer's pass, which reads those back times ``1 / sum``.  A NaN, or an inf, in the
+        """Three passes over the row: its max (:meth:`row_max`, else
+        :func:`_stabilising_max`); ``exp(x - max)`` (never above 1:
+        :func:`~.mathlib.exp_nonpositive`) written out while it is summed; the consumer's
+        pass, which reads those back times ``1 / sum``.  A NaN, or an inf, in the
         row makes the sum, and so every result, NaN, as in the reference.  The exponentials
         go where the output row is computed (:meth:`output_row`: the row itself, or the
         scratch row it streams from) when the result is only stored there, so that the last
@@ -561,7 +562,9 @@ class _Kernel(RowLowering):
         types, with a float32 sum of the unrounded values, and 15% faster at 4096 x 4096."""
         x = self.readable(self.lazy(op.operands[0]))
         axis = len(x.sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
-        top = self.combine_over(x, [axis], _stabilising_max, -math.inf, True)
+        top = self.row_max(x, axis)
+        if top is None:
+            top = self.combine_over(x, [axis], _stabilising_max, -math.inf, True)
         shifted = Map("sub", (x, spread(top, x.sizes, [axis])), x.sizes, x.dtype)
         exps = self.output_row(op.results[0]) or self.scratch(x.sizes, x.dtype)
         exp = EXP_NONPOSITIVE + (NARROW if _rounded_narrow(op.results[0]) else "")
@@ -575,6 +578,35 @@ class _Kernel(RowLowering):
             inverse = Splat(1.0 / total.value, x.sizes, x.dtype)
             return Map("mul", (exps, inverse), x.sizes, x.dtype)
         return Map("div", (exps, spread(total, x.sizes, [axis])), x.sizes, x.dtype)
+
+    def row_max(self, x: Lazy, axis: int) -> Optional[Splat]:
+        """Softmax's shift, the max along ``axis`` of ``x``, when that is the only axis longer
+        than 1 and ``x`` is a float16 or bfloat16 row in memory, or one seen through casts
+        between floats: taken over the stored bits as signed integers ordered as the floats are
+        (:func:`_ordered_bits`), four integer ops per vector of 16 elements, where LLVM's
+        vectorised ``maxnum`` widens every 8 to float32 and tests each vector for NaN (a
+        float16 softmax at 4096 x 4096 ran 11% faster; float32 rows, 9% slower so, keep
+        :func:`_stabilising_max`).  A cast rounds monotonically, so it commutes with the max
+        and is applied once, to the result.  A NaN of either sign makes its own ``x - max``,
+        and so the row, NaN, whatever the max.  None where not."""
+        if any(d != ONE for a, d in enumerate(x.sizes) if a != axis):
+            return None
+        casts: list[Map] = []
+        source = x
+        while isinstance(source, Map) and source.op == "cast" and source.dtype in FLOAT_DTYPES \
+                and source.operands[0].dtype in FLOAT_DTYPES:
+            casts.append(source)
+            source = source.operands[0]
+        if not isinstance(source, View) or source.storage not in NARROW_FLOATS:
+            return None
+        bits = ir.IntegerType.get_signless(8 * ELEMENT_BYTES[source.storage])
+        lowest = -(1 << (bits.width - 1))
+        top = self.fold(x.sizes, const(bits, lowest), lambda ivs, acc: acc.maximum(
+            _ordered_bits(bitcast(self.read(source, ivs), bits))))
+        value = widen(bitcast(_ordered_bits(top), STORAGE[source.storage]()), source.storage)
+        for cast in reversed(casts):
+            value = self.apply("cast", [value], cast.dtype, cast.operands[0].dtype)
+        return Splat(value, reduced_sizes(x.sizes, [axis], True), x.dtype)
 
     def deferred_stream(self, op: Any, x: Lazy) -> Optional[int]:
         """The output whose row the softmax ``op`` of the row ``x`` computes, when that row
@@ -707,6 +739,13 @@ def _pointer(address: Num) -> ir.Value:
 def _sum(a: Num, b: Num) -> Num:
     """``a + b`` that LLVM may reassociate, so that a sum over a loop vectorises."""
     return Num(arith.addf(a.value, b.value, fastmath=arith.FastMathFlags.reassoc))
+
+
+def _ordered_bits(bits: Num) -> Num:
+    """The bits of an IEEE float as a signed integer, to a signed integer ordered as the floats
+    are (-0 just below +0, NaN beyond the infinities of its sign), and back: negative floats
+    order backwards as integers, so their magnitude bits are flipped."""
+    return bits ^ ((bits >> (bits.type.width - 1)) & ((1 << (bits.type.width - 1)) - 1))
 
 
 def _stabilising_max(acc: Num, x: Num) -> Num:
