@@ -18,7 +18,7 @@ state of its caches touch all of them alike; the rounds are shared out among pas
 every case, so that each case is sampled across the whole run.  Every peer's result is
 checked against tilec's before timing.
 
-    .venv/bin/tilec bench [--quick] [--no-torch] [--ops OP,...] [--arch native] [-o FILE]
+    .venv/bin/tilec bench [--quick] [--no-torch] [--ops OP,...] [--arch ARCH] [-o FILE]
 
 (bench/README.md: the peers to install, the columns, how to read them).
 """
@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 import tilec
+from tilec.codegen.cpu import BUILD_ARCHES, DEFAULT_ARCH
 
 BENCH = Path(__file__).resolve().parent
 OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
@@ -62,8 +63,10 @@ THREADS = os.cpu_count() or 1
 THP_ENV = "THP_MEM_ALLOC_ENABLE"
 OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 ORDER_SEED = 2026            # the shuffles of sample_times
-NATIVE = "native"
-NATIVE_RUN = "tilec native"  # out= also times tilec built for this machine (unless it is)
+BASELINE = "x86-64-v3"
+# out= also times tilec built for x86-64-v3 alone (unless the run builds it so): the code the
+# default build runs on CPUs without AVX-512
+BASELINE_RUN = "tilec x86-64-v3"
 # tilec timed in the rounds of the peers, for the ratios to them; "tilec" is timed in the
 # rounds of the copies, for its share of the copy (see measure)
 BESIDE_PEERS = "tilec beside peers"
@@ -467,7 +470,7 @@ class Settings:
     """How a run measures (the command line's options)."""
 
     quick: bool = False
-    arch: str = "x86-64-v3"       # tilec's --arch
+    arch: str = DEFAULT_ARCH      # tilec's --arch
     repeat: int = 12
     warmup: int = 2
     passes: int = 3
@@ -488,12 +491,12 @@ class Settings:
 
 
 def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[str]],
-            rounds: int, native: bool = True, case: Optional[Case] = None,
+            rounds: int, baseline: bool = True, case: Optional[Case] = None,
             pass_number: int = 0) -> Case:
     """Time tilec, the copies and the peers on ``op`` in each mode of ``plan`` (mode -> its
     peers) for ``rounds`` rounds, adding the samples to ``case`` (a new one if None); with
-    ``native``, in the out= mode also tilec built for this machine (unless the settings build
-    it so already).  tilec is timed twice: among the copies (its share of the copy) and among
+    ``baseline``, in the out= mode also tilec built for x86-64-v3 alone (unless the settings
+    build it so already).  tilec is timed twice: among the copies (its share of the copy) and among
     the peers (the ratios to them).  Some peers run for a third of a second on one core, and
     on a virtual machine the other core, left idle meanwhile, ran the next calls several times
     slower (``numpy.exp`` of 4M floats: 2.4 ms, 26 ms right after a 0.3 s sleep), a penalty
@@ -512,11 +515,11 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
         out = None if mode == "fresh" else np.empty_like(want)
         tilec_run = (lambda: kernel(*args)) if out is None else (lambda: kernel(*args, out=out))
         runs: dict[str, Run] = {**copy_runs(case.nbytes), "tilec": tilec_run}
-        if native and out is not None and settings.arch != NATIVE:
-            native_kernel, native_out = build(NATIVE), np.empty_like(want)
-            runs[NATIVE_RUN] = lambda: native_kernel(*args, out=native_out)
-            runs[NATIVE_RUN]()
-            check(f"tilec --arch {NATIVE}", native_out, want, dtype)
+        if baseline and out is not None and settings.arch != BASELINE:
+            baseline_kernel, baseline_out = build(BASELINE), np.empty_like(want)
+            runs[BASELINE_RUN] = lambda: baseline_kernel(*args, out=baseline_out)
+            runs[BASELINE_RUN]()
+            check(f"tilec --arch {BASELINE}", baseline_out, want, dtype)
         groups = [runs]
         runs = {BESIDE_PEERS: tilec_run}
         for peer in peers:
@@ -572,10 +575,10 @@ def table(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
     peer_columns = [(p, with_thp) for p in peers
                     for with_thp in ((False, True) if thp and p != "numpy" else (False,))]
     titles = [PEER_TITLES[p] + (" THP" if t else "") for p, t in peer_columns]
-    native = any(NATIVE_RUN in times for case in cases for times in case.times.values())
+    baseline = any(BASELINE_RUN in times for case in cases for times in case.times.values())
     head = ["op", "dtype", "outputs", "MB moved", f"copy GB/s, 1 / {THREADS} threads",
             "tilec ms", "tilec GB/s", "% of copy"] + (
-            [f"tilec --arch {NATIVE} ms (% of copy)"] if native else []) + titles
+            [f"tilec --arch {BASELINE} ms (% of copy)"] if baseline else []) + titles
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case in cases:
         for mode, times in case.times.items():
@@ -584,10 +587,10 @@ def table(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
                    " / ".join(f"{case.nbytes / c / 1e9:.1f}" for c in copies),
                    f"{tilec_s * 1e3:.3g}", f"{case.nbytes / tilec_s / 1e9:.1f}",
                    _percent(case.nbytes / bandwidth / tilec_s)]
-            if native:
-                native_s = times.get(NATIVE_RUN)
-                row.append("" if native_s is None else f"{native_s * 1e3:.3g} "
-                           f"({_percent(case.nbytes / bandwidth / native_s)})")
+            if baseline:
+                baseline_s = times.get(BASELINE_RUN)
+                row.append("" if baseline_s is None else f"{baseline_s * 1e3:.3g} "
+                           f"({_percent(case.nbytes / bandwidth / baseline_s)})")
             for peer, with_thp in peer_columns:
                 if not with_thp:
                     row.append(_cell(times.get(peer), beside_peers(times)))
@@ -671,10 +674,13 @@ def environment(settings: Settings, peers: Sequence[str], load: tuple[float, flo
                   for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine())
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    code = tilec.compile_string("func f(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return x; }",
+                                "probe.tile", arch=settings.arch).cpu_code
     lines = [f"- machine: {model}, {os.cpu_count()} CPUs; transparent huge pages: "
              f"{thp.read_text().strip() if thp.exists() else 'unknown'}; load average "
              f"{load[0]:.1f} before, {load[1]:.1f} after",
-             f"- tilec {tilec.__version__} ({_revision()}, --arch {settings.arch}), threads: "
+             f"- tilec {tilec.__version__} ({_revision()}, --arch {settings.arch}, running "
+             f"{code} code here), threads: "
              f"{os.environ.get('TILEC_NUM_THREADS', os.cpu_count())}",
              f"- NumPy {np.__version__} (one thread per ufunc); {_blas()}; "
              + ", ".join(f"{k}={os.environ.get(k, 'unset')}" for k in OPENBLAS_ENV)]
@@ -739,8 +745,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help=f"tokens {QUICK.tokens} x hidden {QUICK.hidden}: a smoke test")
     p.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated (default: all)")
-    p.add_argument("--arch", default=Settings.arch, choices=("x86-64-v3", "native"),
-                   help="tilec's --arch (default x86-64-v3)")
+    p.add_argument("--arch", default=Settings.arch, choices=BUILD_ARCHES,
+                   help=f"tilec's --arch (default {DEFAULT_ARCH})")
     p.add_argument("--repeat", type=int, default=Settings.repeat,
                    help=f"timed rounds (default {Settings.repeat})")
     p.add_argument("--warmup", type=int, default=Settings.warmup,
@@ -762,7 +768,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     settings = Settings(args.quick, args.arch, args.repeat, args.warmup, args.passes)
     if args.thp_child:
         plan = {"fresh": ("torch", "compile"), "out=": ()}
-        cases = [measure(op, dtype, settings, plan, settings.repeat, native=False)
+        cases = [measure(op, dtype, settings, plan, settings.repeat, baseline=False)
                  for op in ops for dtype in DTYPES]
         Path(args.thp_child).write_text(json.dumps({f"{c.op}/{c.dtype}": c.times
                                                     for c in cases}))

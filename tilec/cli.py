@@ -51,8 +51,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     """The options that change what is built (shared by compiling and ``tilec verify``)."""
     p.add_argument("--target", default="cpu", choices=TARGETS)
     p.add_argument("--arch", default="",
-                   help="cpu: x86-64-v3 (default) or native (tune for this machine); "
-                        "ptx: sm_80, sm_90 (default), sm_90a")
+                   help="cpu: x86-64-v3+v4 (default: AVX2 code, and AVX-512 code run "
+                        "where the CPU has it), x86-64-v3, x86-64-v4 or native (tune for "
+                        "this machine); ptx: sm_80, sm_90 (default), sm_90a")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
                    help="fix shape symbol SYM to V")
     p.add_argument("--template", dest="templates", action="append", default=[],

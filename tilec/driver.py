@@ -116,7 +116,6 @@ BINARY_STAGES = ("obj", "cubin", "so")
 PROJECT = "project"
 """The stage whose output is a directory: the CMake project that builds an ascend library
 with CANN's CMake support (written without CANN)."""
-CPU_ARCHES = ("x86-64-v3", "native")
 PTX_TEXT_STAGES = ("gpu", "nvvm", "llvm", "ptx")
 ASCEND_TARGETS = ("ascend", "ascend-sim")
 
@@ -153,11 +152,12 @@ def kernel_module(text: str, file: str, options: CompileOptions, sink: Diagnosti
 
 
 def cpu_arch(options: CompileOptions) -> str:
-    """The ``--arch`` of a cpu build, checked (default x86-64-v3)."""
-    arch = options.arch or CPU_ARCHES[0]
-    if arch not in CPU_ARCHES:
+    """The ``--arch`` of a cpu build, checked (default x86-64-v3+v4)."""
+    from .codegen.cpu import BUILD_ARCHES, DEFAULT_ARCH
+    arch = options.arch or DEFAULT_ARCH
+    if arch not in BUILD_ARCHES:
         raise TilecError(f"unknown --arch '{arch}' for --target cpu; expected one of "
-                         + ", ".join(CPU_ARCHES))
+                         + ", ".join(BUILD_ARCHES))
     return arch
 
 
@@ -174,20 +174,21 @@ def compile_binary(text: str, file: str, options: CompileOptions, sink: Diagnost
         raise TilecError(f"--emit={options.emit} is not implemented yet for --target "
                          f"{options.target}")
     arch = cpu_arch(options)
-    from .codegen.cpu import compile_kernels
+    from .codegen.cpu import code_variants, compile_kernels
     from .codegen.common.host import generate
-    from .codegen.common.link import link
+    from .codegen.common.link import link, relocatable
     from .dialect import make_context
 
+    cc = os.environ.get("CC") or "cc"
     with make_context():
         module = kernel_module(text, file, options, sink)
         host = generate(module, name=name, source=file, arch=arch,
-                        test_break=options.test_break)
+                        test_break=options.test_break, cpu_code=code_variants(arch))
         kernels = compile_kernels(module, arch)
     note_stage("llvm", lambda: kernels.llvm_ir)
     if options.emit == "obj":
-        return {"": kernels.object}
-    library = link(host, kernels.object, os.environ.get("CC") or "cc", f"{name}.so")
+        return {"": relocatable(kernels.objects, cc)}
+    library = link(host, kernels.objects, cc, f"{name}.so")
     return {".h": host.header.encode(), "": library}
 
 

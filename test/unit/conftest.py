@@ -9,6 +9,16 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED_EXAMPLES = REPO.parent / "shared" / "examples"
 OPS = REPO / "ops"
 EXAMPLE_NAMES = ("swiglu", "layernorm", "rmsnorm_templated", "rope")
+AVX512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}   # x86-64-v4's
+
+
+def has_avx512() -> bool:
+    """Whether /proc/cpuinfo lists x86-64-v4's AVX-512 features for this machine's CPU: where
+    a library of the default --arch runs its x86-64-v4 code."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return AVX512 <= set(line.split(":", 1)[1].split())
+    return False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -50,7 +50,7 @@ def build(source: str, directory: Path, file: str = "test.tile", arch: str = "x8
         run_pipeline(module, parse_pipeline("tile-kernel{all=true}"))
         cpu = compile_kernels(module, arch)
     obj, lib = directory / "kernels.o", directory / "kernels.so"
-    obj.write_bytes(cpu.object)
+    obj.write_bytes(cpu.objects[0])
     subprocess.run(["cc", "-shared", "-fPIC", str(obj), "-o", str(lib)], check=True)
     return Built(compile_source(source, file), module, cpu, ctypes.CDLL(str(lib)))
 

@@ -11,7 +11,7 @@ from tilec import cli
 
 OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
 HEADER = re.compile(r"\| op \| dtype \| outputs \| MB moved \| copy GB/s, 1 / \d+ threads \| "
-                    r"tilec ms \| tilec GB/s \| % of copy \| tilec --arch native ms \(% of copy\) \| "
+                    r"tilec ms \| tilec GB/s \| % of copy \| tilec --arch x86-64-v3 ms \(% of copy\) \| "
                     r"NumPy \|")
 MS_AND_RATIO = r"\d[\d.e+-]* \(\d+\.\d\d×\)"      # a peer's cell: "0.0412 (1.23×)"
 NUMBER = r"\d[\d.e+-]*"
@@ -51,8 +51,8 @@ def test_every_op_dtype_and_mode_has_a_row(quick_report):
         assert re.fullmatch(rf"{NUMBER} / {NUMBER}", cells[4]), row     # copy GB/s
         assert all(re.fullmatch(NUMBER, c) for c in cells[5:7]), row
         assert re.fullmatch(rf"{NUMBER}%", cells[7]), row
-        native = rf"{NUMBER} \({NUMBER}%\)" if cells[2] == "out=" else ""  # out= only
-        assert re.fullmatch(native, cells[8]), row
+        baseline = rf"{NUMBER} \({NUMBER}%\)" if cells[2] == "out=" else ""  # out= only
+        assert re.fullmatch(baseline, cells[8]), row
         numpy_has_no_erf = cells[0] == "gelu" and cells[9] == "—"
         assert re.fullmatch(MS_AND_RATIO, cells[9]) or numpy_has_no_erf, row
 

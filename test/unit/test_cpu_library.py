@@ -324,10 +324,18 @@ def _umask() -> int:
 
 
 def test_emit_obj_writes_the_kernels_object(tmp_path: Path) -> None:
-    out = tmp_path / "k.o"
-    assert main([str(OPS / "swiglu.tile"), "--emit=obj", "-o", str(out)]) == 0
-    data = out.read_bytes()
-    assert data[:4] == b"\x7fELF" and b"_mlir_ciface_swiglu__k0" in data
+    """One relocatable object, with each kernel's code for x86-64-v3 and for x86-64-v4 by
+    default, for one arch with another."""
+    for arch, symbols in (([], {"_mlir_ciface_swiglu__k0", "_mlir_ciface_swiglu__k0__x86_64_v4"}),
+                          (["--arch", "x86-64-v3"], {"_mlir_ciface_swiglu__k0"})):
+        out = tmp_path / "k.o"
+        assert main([str(OPS / "swiglu.tile"), "--emit=obj", "-o", str(out), *arch]) == 0
+        assert out.read_bytes()[:4] == b"\x7fELF"
+        listed = subprocess.run(["nm", "--defined-only", str(out)], capture_output=True,
+                                text=True, check=True).stdout
+        assert {line.split()[-1] for line in listed.splitlines()
+                if "_mlir_ciface_" in line} == symbols
+        assert " T _mlir_ciface_swiglu__k0\n" in listed     # global: to be linked with
 
 
 def test_a_failing_compile_leaves_the_output_untouched(tmp_path: Path, capsys) -> None:

@@ -1,6 +1,6 @@
 """LLVM IR crossing from the MLIR bindings (LLVM 24) to llvmlite (LLVM 22): the newer
 printer's floating-point literals rewritten for the older parser (tilec.codegen.cpu.llvm);
-the vector width each ``--arch`` compiles a loop for."""
+the vector width each ``--arch`` compiles a loop for; the names of a code variant's exports."""
 from __future__ import annotations
 
 import llvmlite.binding as llvm
@@ -98,9 +98,18 @@ def _assembly(arch: str) -> str:
     return machine.emit_assembly(module)
 
 
+def test_an_exported_function_takes_the_suffix_of_its_code_variant():
+    module, _ = optimise(SMALL_FUNCTION, Machine("x86-64-v4"), ["f"], "__x86_64_v4")
+    assert [f.name for f in module.functions if not f.is_declaration] == ["f__x86_64_v4"]
+
+
 def test_default_arch_vectorises_with_avx2():
     assembly = _assembly("x86-64-v3")
     assert "ymm" in assembly and "zmm" not in assembly
+
+
+def test_x86_64_v4_vectorises_512_bits_wide():
+    assert "zmm" in _assembly("x86-64-v4")
 
 
 @pytest.mark.skipif("+avx512f" not in llvm.get_host_cpu_features().flatten().split(","),

@@ -12,7 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import OPS
+from conftest import OPS, has_avx512
 
 import tilec
 from tilec.cli import main
@@ -139,10 +139,45 @@ def test_calls_from_several_threads_at_once(libs) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+RUN_RMSNORM = """
+import sys, numpy as np, ml_dtypes, tilec
+lib = tilec.load(sys.argv[1])
+rng = np.random.default_rng(1)
+x = rng.standard_normal((37, 4096)).astype(ml_dtypes.bfloat16)
+w = rng.standard_normal(4096).astype(ml_dtypes.bfloat16)
+np.save(sys.argv[2], lib.rmsnorm(x, w).astype(np.float32))
+print(lib.cpu_code)
+"""
+
+
+def test_the_default_library_runs_x86_64_v4_code_where_the_cpu_has_it(libs, tmp_path) -> None:
+    """A library of the default --arch (x86-64-v3+v4) runs its x86-64-v4 code where
+    /proc/cpuinfo lists AVX-512 F, BW, CD, DQ and VL, else its x86-64-v3 code, which
+    ``TILEC_CPU=x86-64-v3`` also keeps to; both compute the same, to rounding."""
+    _, rms = libs
+    results = {}
+    for forced in (False, True):
+        env = {**os.environ, "TILEC_CPU": "x86-64-v3"} if forced else \
+            {k: v for k, v in os.environ.items() if k != "TILEC_CPU"}
+        done = subprocess.run([sys.executable, "-c", RUN_RMSNORM, rms.path,
+                               str(tmp_path / f"{forced}.npy")],
+                              capture_output=True, text=True, check=True, env=env)
+        results[done.stdout.strip()] = np.load(tmp_path / f"{forced}.npy")
+    detected = "x86-64-v4" if has_avx512() else "x86-64-v3"
+    assert set(results) == {detected, "x86-64-v3"}
+    assert_close(results[detected], results["x86-64-v3"], "bfloat16")
+
+
+def test_a_library_of_one_arch_runs_that_code(tmp_path) -> None:
+    path = tmp_path / "swiglu.so"
+    assert main([str(OPS / "swiglu.tile"), "--arch", "x86-64-v3", "-o", str(path)]) == 0
+    assert tilec.load(path).cpu_code == "x86-64-v3"
+
+
 def test_library_metadata_and_repr(libs) -> None:
     _, rms = libs
     meta = rms.metadata
-    assert (meta["target"], meta["arch"], meta["format"]) == ("cpu", "x86-64-v3", 1)
+    assert (meta["target"], meta["arch"], meta["format"]) == ("cpu", "x86-64-v3+v4", 1)
     fn = meta["functions"]["rmsnorm"]
     assert [(p["name"], p["kind"], p["dtype"], p["shape"], p["default"]) for p in fn["params"]] \
         == [("x", "tensor", "bfloat16", ["seq", "hidden"], None),

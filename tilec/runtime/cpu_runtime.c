@@ -1,5 +1,6 @@
 /* The tilec CPU runtime (see cpu_runtime.h): a persistent pthread pool over a kernel's grid
- * rows, the thread-local error message, allocation and scalar conversions.
+ * rows, the CPU's x86-64 level, the thread-local error message, allocation and scalar
+ * conversions.
  *
  * The pool starts on the first launch big enough to share: one thread per CPU less the
  * caller, which works too.  A launch cuts its rows into contiguous chunks (at most
@@ -76,6 +77,25 @@ static void count_threads(void) {
 int tilec_num_threads(void) {
   pthread_once(&threads_once, count_threads);
   return threads_wanted;
+}
+
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+static int cpu_level = 3;
+
+static void find_cpu_level(void) {
+  const char* env = getenv("TILEC_CPU");
+  if (env != NULL && strcmp(env, "x86-64-v3") == 0) return;
+  __builtin_cpu_init();
+  /* the compilers' checks include the OS saving the AVX-512 registers (XCR0) */
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    cpu_level = 4;
+}
+
+int tilec_cpu_level(void) {
+  pthread_once(&level_once, find_cpu_level);
+  return cpu_level;
 }
 
 static void run_chunks(const Launch* launch) {

@@ -1,9 +1,9 @@
 /* The tilec CPU runtime, compiled into every library built with --target cpu.
  *
- * In: calls from the generated host code (tilec/codegen/cpu/templates/host.c.j2).  Out: the
- * rows of a kernel's grid run on all cores by a persistent pthread pool; the per-thread error
- * message behind tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar
- * conversions.  Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are
+ * In: calls from the generated host code (tilec/codegen/common/templates/host.c.j2).  Out:
+ * the rows of a kernel's grid run on all cores by a persistent pthread pool; the CPU's x86-64
+ * level, which picks the kernels' code; the per-thread error message behind
+ * tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar conversions.  Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are
  * exported from the library; everything else here is internal to it.
  */
 #ifndef TILEC_CPU_RUNTIME_H
@@ -33,6 +33,11 @@ void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx
 /* The pool's size counting the caller: TILEC_NUM_THREADS if set (>= 1), else the CPUs this
  * process may run on. */
 int tilec_num_threads(void);
+
+/* The x86-64 level of this CPU as far as a library's kernels care: 4 where it has AVX-512 F,
+ * BW, CD, DQ and VL (x86-64-v4) and the environment variable TILEC_CPU is not "x86-64-v3",
+ * else 3.  Found once. */
+int tilec_cpu_level(void);
 
 /* Set this thread's error message (printf-style) and return code. */
 int tilec_fail(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));

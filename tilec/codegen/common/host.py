@@ -22,7 +22,7 @@ import json
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import jinja2
 
@@ -341,9 +341,11 @@ def _byte_lines(data: bytes, width: int = 24) -> list[str]:
 
 
 def generate(module: Any, *, name: str, source: str, arch: str, test_break: str = "",
-             device: DeviceCode | None = None) -> HostCode:
+             device: DeviceCode | None = None, cpu_code: Sequence[Any] = ()) -> HostCode:
     """The host code of library ``name`` (the stem of ``name.so``/``name.h``) compiled from
-    ``source`` for ``arch``: a cpu library, or with ``device`` one of its target.
+    ``source`` for ``arch``: a cpu library, or with ``device`` one of its target.  A cpu
+    library's kernels are compiled once per ``cpu_code`` (``cpu.CodeVariant``: the first runs
+    unless the CPU has the x86-64 level of a later one).
     ``test_break`` names a function, or one of its template variants, whose first result's
     element 0 the code perturbs: the hook that proves verification fails (where outputs are
     host memory: cpu and ascend-sim)."""
@@ -366,10 +368,12 @@ def generate(module: Any, *, name: str, source: str, arch: str, test_break: str 
         "cubin_lines": _byte_lines(device.cubin) if device else [],
         "ptx_lines": [c_string(line + "\n") for line in device.ptx.splitlines()] if device
         else [],
+        "cpu_default": cpu_code[0].arch if cpu_code else arch,
+        "cpu_variants": list(reversed(cpu_code[1:])),   # the highest level first
     }
     exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_record_error",
                                              "tilec_metadata"]
     exports += list(DEVICE_EXPORTS) if target == "ptx" else \
-        ["tilec_num_threads"] if target == "cpu" else []
+        ["tilec_num_threads", "tilec_cpu_code"] if target == "cpu" else []
     return HostCode(TEMPLATES.get_template("host.c.j2").render(context),
                     TEMPLATES.get_template("header.h.j2").render(context), meta, exports)

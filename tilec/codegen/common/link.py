@@ -1,7 +1,8 @@
 """Linking a library: host C + the runtime (+ the CPU kernels' object) -> a shared library.
 
-In: :class:`~tilec.codegen.common.host.HostCode`, for a cpu library the object file of the
-kernels (a ptx library embeds its cubin in the host C instead), and the C compiler command.
+In: :class:`~tilec.codegen.common.host.HostCode`, for a cpu library the object files of the
+kernels, one per code variant (a ptx library embeds its cubin in the host C instead), and the
+C compiler command.
 Out: the bytes of the ``.so``.  Everything is built in a temporary directory that is removed
 afterwards, so a failing compiler leaves nothing behind.  A version script exports only what
 ``HostCode.exports`` names (the entries, ``tilec_last_error``, ``tilec_record_error``,
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from ...diagnostics import TilecError
 from .host import HostCode
@@ -28,24 +30,49 @@ CPU_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h")
 CUDA_RUNTIME = ("tilec_cuda.c", "tilec_cuda.h")
 
 
-def link(host: HostCode, kernels_object: bytes | None, cc: str, soname: str) -> bytes:
-    """The shared library named ``soname`` (with the CUDA launcher when there is no kernels
-    object); TilecError naming the compiler when it is missing or fails."""
-    command = shlex.split(cc) or ["cc"]
-    if shutil.which(command[0]) is None:
-        raise TilecError(f"no C compiler '{command[0]}' to link the library with: install one "
-                         "(gcc or clang) or set CC to its path")
-    runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_object is None else ())
+def link(host: HostCode, kernels_objects: Sequence[bytes] | None, cc: str,
+         soname: str) -> bytes:
+    """The shared library named ``soname`` (with the CUDA launcher when there are no kernels
+    objects); TilecError naming the compiler when it is missing or fails."""
+    command = c_compiler(cc)
+    runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_objects is None else ())
     with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
         work = Path(tmp)
-        inputs = prepare(work, host, runtime)
-        if kernels_object is not None:
-            (work / "kernels.o").write_bytes(kernels_object)
-            inputs.append("kernels.o")
+        inputs = prepare(work, host, runtime) + _written(work, kernels_objects or ())
         library = work / "library.so"
         compile_in(work, [*command, *FLAGS, "-o", str(library), *inputs,
                           *library_flags(soname), "-lm", "-ldl"], "C")
         return library.read_bytes()
+
+
+def relocatable(objects: Sequence[bytes], cc: str) -> bytes:
+    """One relocatable object file holding all of ``objects`` (``cc -r``)."""
+    if len(objects) == 1:
+        return objects[0]
+    command = c_compiler(cc)
+    with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
+        work = Path(tmp)
+        compile_in(work, [*command, "-r", "-nostdlib", "-o", "kernels.o",
+                          *_written(work, objects)], "C")
+        return (work / "kernels.o").read_bytes()
+
+
+def c_compiler(cc: str) -> list[str]:
+    """The C compiler command ``cc`` split into words; TilecError when it is not installed."""
+    command = shlex.split(cc) or ["cc"]
+    if shutil.which(command[0]) is None:
+        raise TilecError(f"no C compiler '{command[0]}' to link the library with: install one "
+                         "(gcc or clang) or set CC to its path")
+    return command
+
+
+def _written(work: Path, objects: Sequence[bytes]) -> list[str]:
+    """``objects`` written to ``work`` as kernels0.o, kernels1.o, ...; their names."""
+    names = []
+    for i, data in enumerate(objects):
+        names.append(f"kernels{i}.o")
+        (work / names[-1]).write_bytes(data)
+    return names
 
 
 def prepare(work: Path, host: HostCode, runtime: tuple[str, ...]) -> list[str]:

@@ -17,31 +17,67 @@ from ...mlir import ir
 from .kernel import KernelSignature, lower_kernels
 from .llvm import ARCHES, Machine, mlir_to_llvm_ir, optimise
 
-__all__ = ["ARCHES", "CpuObject", "KernelSignature", "compile_kernels", "emit_llvm_ir"]
+__all__ = ["ARCHES", "BUILD_ARCHES", "DEFAULT_ARCH", "CodeVariant", "CpuObject",
+           "KernelSignature", "code_variants", "compile_kernels", "emit_llvm_ir"]
+
+DEFAULT_ARCH = "x86-64-v3+v4"
+"""The default ``--arch``: every kernel compiled twice, for x86-64-v3 (AVX2) and for x86-64-v4
+(AVX-512), the library running the latter where the CPU has AVX-512, as NumPy and PyTorch pick
+their kernels when they load: one library that runs on every x86-64-v3 CPU and at full width on
+the others.  It costs twice the LLVM time and twice the code."""
+BUILD_ARCHES = (DEFAULT_ARCH, *ARCHES)
+
+
+@dataclass(frozen=True)
+class CodeVariant:
+    """One compilation of a library's kernels."""
+
+    arch: str        # a :class:`~.llvm.Machine` arch
+    suffix: str      # appended to each kernel's C symbol ("" for the code run by default)
+    level: int       # the x86-64 level at which the library runs it instead of the first
+
+
+def code_variants(arch: str) -> tuple[CodeVariant, ...]:
+    """The compilations of a library built for ``arch``, the one run by default first."""
+    if arch == DEFAULT_ARCH:
+        return (CodeVariant("x86-64-v3", "", 3), CodeVariant("x86-64-v4", "__x86_64_v4", 4))
+    return (CodeVariant(arch, "", 0),)
 
 
 @dataclass(frozen=True)
 class CpuObject:
-    """The compiled kernels of a module."""
+    """The compiled kernels of a module: an object file per :class:`CodeVariant`."""
 
-    object: bytes
+    objects: tuple[bytes, ...]
     kernels: tuple[KernelSignature, ...]
     llvm_ir: str
 
 
-def _optimised(module: ir.Module, arch: str) -> tuple[Any, Any, list[KernelSignature]]:
+def _optimised(module: ir.Module, arch: str) -> tuple[list[KernelSignature],
+                                                     list[tuple[str, Any, Any]]]:
+    """The kernels of ``module`` and, per code variant of ``arch``, its optimised LLVM IR
+    text (under a comment naming its arch when there are several), module and target
+    machine.  The text is taken before code generation, whose preparation passes rewrite the
+    module."""
     lowered, kernels = lower_kernels(module)
-    mod, tm = optimise(mlir_to_llvm_ir(lowered), Machine(arch), [k.c_symbol for k in kernels])
-    return mod, tm, kernels
+    text = mlir_to_llvm_ir(lowered)
+    variants = code_variants(arch)
+    built = []
+    for variant in variants:
+        mod, tm = optimise(text, Machine(variant.arch), [k.c_symbol for k in kernels],
+                           variant.suffix)
+        label = f"; ---- {variant.arch} ----\n" if len(variants) > 1 else ""
+        built.append((label + str(mod), mod, tm))
+    return kernels, built
 
 
-def compile_kernels(module: ir.Module, arch: str = "x86-64-v3") -> CpuObject:
-    """Compile every cpu kernel of ``module`` for ``arch`` (``x86-64-v3`` or ``native``)."""
-    mod, tm, kernels = _optimised(module, arch)
-    llvm_ir = str(mod)   # before code generation, whose preparation passes rewrite the module
-    return CpuObject(tm.emit_object(mod), tuple(kernels), llvm_ir)
+def compile_kernels(module: ir.Module, arch: str = DEFAULT_ARCH) -> CpuObject:
+    """Compile every cpu kernel of ``module`` for ``arch`` (one of :data:`BUILD_ARCHES`)."""
+    kernels, built = _optimised(module, arch)
+    return CpuObject(tuple(tm.emit_object(mod) for _, mod, tm in built), tuple(kernels),
+                     "\n".join(text for text, _, _ in built))
 
 
-def emit_llvm_ir(module: ir.Module, arch: str = "x86-64-v3") -> str:
-    """The optimised LLVM IR of every cpu kernel of ``module``."""
-    return str(_optimised(module, arch)[0])
+def emit_llvm_ir(module: ir.Module, arch: str = DEFAULT_ARCH) -> str:
+    """The optimised LLVM IR of every cpu kernel of ``module``, code variant by variant."""
+    return "\n".join(text for text, _, _ in _optimised(module, arch)[1])
