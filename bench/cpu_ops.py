@@ -67,9 +67,11 @@ BASELINE = "x86-64-v3"
 # out= also times tilec built for x86-64-v3 alone (unless the run builds it so): the code the
 # default build runs on CPUs without AVX-512
 BASELINE_RUN = "tilec x86-64-v3"
-# tilec timed in the rounds of the peers, for the ratios to them; "tilec" is timed in the
-# rounds of the copies, for its share of the copy (see measure)
-BESIDE_PEERS = "tilec beside peers"
+# tilec is timed in the rounds of each group of peers, for the ratios to them ("tilec beside
+# numpy", "tilec beside torch"), and in the rounds of the copies as "tilec", for its share of
+# the copy (see measure)
+PEER_GROUPS = {"numpy": "numpy", "torch": "torch", "compile": "torch"}
+BESIDE = "tilec beside "
 
 Run = Callable[[], Any]      # one call of an implementation, ready to time
 Times = dict[str, dict[str, float]]    # output mode -> implementation -> median seconds
@@ -496,11 +498,14 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
     """Time tilec, the copies and the peers on ``op`` in each mode of ``plan`` (mode -> its
     peers) for ``rounds`` rounds, adding the samples to ``case`` (a new one if None); with
     ``baseline``, in the out= mode also tilec built for x86-64-v3 alone (unless the settings
-    build it so already).  tilec is timed twice: among the copies (its share of the copy) and among
-    the peers (the ratios to them).  Some peers run for a third of a second on one core, and
-    on a virtual machine the other core, left idle meanwhile, ran the next calls several times
-    slower (``numpy.exp`` of 4M floats: 2.4 ms, 26 ms right after a 0.3 s sleep), a penalty
-    that would land on the copy share of the cases with the slowest peers only."""
+    build it so already).  tilec is timed in rounds of its own with each group of
+    implementations: the copies (its share of the copy), NumPy, and PyTorch eager with
+    ``torch.compile`` (the ratios to them).  NumPy runs for a third of a second on one core in
+    some cases, and on a virtual machine the other core, left idle meanwhile, ran the next
+    calls several times slower (``numpy.exp`` of 4M floats: 2.4 ms, 26 ms right after a 0.3 s
+    sleep), a penalty that would land on whatever is timed beside it in the cases with the
+    slowest peers: tilec's share of the copy, and its ratios to PyTorch (swiglu float32,
+    timed with NumPy in the rounds: 9.1 ms beside PyTorch, 7.2 ms beside the copies)."""
     rng = np.random.default_rng(0)
     args = make_inputs(op, settings.size, dtype, rng)
 
@@ -520,8 +525,7 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
             runs[BASELINE_RUN] = lambda: baseline_kernel(*args, out=baseline_out)
             runs[BASELINE_RUN]()
             check(f"tilec --arch {BASELINE}", baseline_out, want, dtype)
-        groups = [runs]
-        runs = {BESIDE_PEERS: tilec_run}
+        groups = {"copies": runs}
         for peer in peers:
             target = None if out is None else np.empty_like(want)
             try:
@@ -532,11 +536,10 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
             result = run()
             check(f"{PEER_TITLES[peer]} ({mode})", result if target is None else target, want,
                   dtype)
-            runs[peer] = run
-        if len(runs) > 1:
-            groups.append(runs)
-        for group in groups:
-            shuffler = random.Random(f"{ORDER_SEED}/{op}/{dtype}/{mode}/{pass_number}")
+            group = PEER_GROUPS[peer]
+            groups.setdefault(group, {BESIDE + group: tilec_run})[peer] = run
+        for name, group in groups.items():
+            shuffler = random.Random(f"{ORDER_SEED}/{op}/{dtype}/{mode}/{pass_number}/{name}")
             sampled = sample_times(group, rounds, settings.warmup, shuffler)
             for name, times in sampled.items():
                 case.samples.setdefault(mode, {}).setdefault(name, []).extend(times)
@@ -593,19 +596,20 @@ def table(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
                            f"({_percent(case.nbytes / bandwidth / baseline_s)})")
             for peer, with_thp in peer_columns:
                 if not with_thp:
-                    row.append(_cell(times.get(peer), beside_peers(times)))
+                    row.append(_cell(times.get(peer), beside(times, peer)))
                 elif mode != "fresh":
                     row.append("")
                 else:
                     child = thp[f"{case.op}/{case.dtype}"]["fresh"]
-                    row.append(_cell(child.get(peer), beside_peers(child)))
+                    row.append(_cell(child.get(peer), beside(child, peer)))
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def beside_peers(times: dict[str, float]) -> float:
-    """tilec's time among the peers of one mode (among the copies where no peer ran)."""
-    return times.get(BESIDE_PEERS, times["tilec"])
+def beside(times: dict[str, float], peer: str) -> float:
+    """tilec's time in the rounds of ``peer``'s group in one mode (among the copies where
+    that group did not run)."""
+    return times.get(BESIDE + PEER_GROUPS[peer], times["tilec"])
 
 
 Verdict = Optional[tuple[str, bool]]     # (the figure, whether it meets its target)
@@ -613,7 +617,7 @@ Verdict = Optional[tuple[str, bool]]     # (the figure, whether it meets its tar
 
 def numpy_target(case: Case, thp: dict[str, Times]) -> Verdict:
     """tilec >= 2x NumPy in float32, in both modes (float16 figures are shown, not judged)."""
-    ratios = [t["numpy"] / beside_peers(t) for t in case.times.values() if "numpy" in t]
+    ratios = [t["numpy"] / beside(t, "numpy") for t in case.times.values() if "numpy" in t]
     if not ratios:
         return None
     return " / ".join(f"{r:.2f}" for r in ratios), case.dtype != "float32" or min(ratios) >= 2
@@ -626,7 +630,7 @@ def compile_target(case: Case, thp: dict[str, Times]) -> Verdict:
     for times in (case.times, thp.get(f"{case.op}/{case.dtype}", {})):
         figures = [t["compile"] for t in times.values() if "compile" in t]
         if figures:
-            ratios.append(min(figures) / min(beside_peers(t) for t in times.values()))
+            ratios.append(min(figures) / min(beside(t, "compile") for t in times.values()))
     if not ratios:
         return None
     return f"{min(ratios):.2f}", min(ratios) >= 1

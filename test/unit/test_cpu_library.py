@@ -338,6 +338,13 @@ def test_emit_obj_writes_the_kernels_object(tmp_path: Path) -> None:
         assert " T _mlir_ciface_swiglu__k0\n" in listed     # global: to be linked with
 
 
+def test_an_unknown_cpu_arch_is_named_with_the_known_ones(tmp_path: Path, capsys) -> None:
+    assert main([str(OPS / "swiglu.tile"), "--arch", "pentium", "-o", str(tmp_path / "f.so")]) == 1
+    assert "error: unknown --arch 'pentium' for --target cpu; expected one of x86-64-v3+v4, " \
+        "x86-64-v3, x86-64-v4, native" in capsys.readouterr().err
+    assert not (tmp_path / "f.so").exists()
+
+
 def test_a_failing_compile_leaves_the_output_untouched(tmp_path: Path, capsys) -> None:
     out = tmp_path / "f.so"
     out.write_bytes(b"previous")
