@@ -3,8 +3,9 @@
  * In: calls from the generated host code (tilec/codegen/common/templates/host.c.j2).  Out:
  * the rows of a kernel's grid run on all cores by a persistent pthread pool; the CPU's x86-64
  * level, which picks the kernels' code; the per-thread error message behind
- * tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar conversions.  Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are
- * exported from the library; everything else here is internal to it.
+ * tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar conversions.
+ * Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are exported from
+ * the library; everything else here is internal to it.
  */
 #ifndef TILEC_CPU_RUNTIME_H
 #define TILEC_CPU_RUNTIME_H
