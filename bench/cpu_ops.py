@@ -71,6 +71,12 @@ BASELINE_RUN = "tilec x86-64-v3"
 # numpy", "tilec beside torch"), and in the rounds of the copies as "tilec", for its share of
 # the copy (see measure)
 PEER_GROUPS = {"numpy": "numpy", "torch": "torch", "compile": "torch"}
+# PyTorch's OpenMP threads spin for a while after each call (libgomp's default), taking the
+# second core from whatever runs next: tilec's swiglu float32 took 8.6 ms right after
+# torch.compile's, 6.7-7.2 ms alone or 2 ms later, and 7.1 ms right after it with
+# OMP_WAIT_POLICY=passive.  In the rounds of the PyTorch peers each call starts this many
+# seconds after the one before, untimed: every call finds the machine quiet.
+TORCH_SETTLE_S = 0.003
 BESIDE = "tilec beside "
 
 Run = Callable[[], Any]      # one call of an implementation, ready to time
@@ -396,12 +402,13 @@ class Case:
 
 
 def sample_times(runs: dict[str, Run], rounds: int, warmup: int,
-                 shuffler: random.Random) -> dict[str, list[float]]:
+                 shuffler: random.Random, settle: float = 0.0) -> dict[str, list[float]]:
     """Seconds of each run in ``rounds`` rounds that call every run once, in an order shuffled
-    afresh each round.  The machine's last-level cache can hold several of these working sets
-    (480 MiB on the machine of ``results/``), so a call finds its inputs in cache or not
-    depending on what ran just before it: a fixed order would favour whoever follows the one
-    that read the same arrays."""
+    afresh each round, each call ``settle`` seconds (untimed) after the one before.  The
+    machine's last-level cache can hold several of these working sets (480 MiB on the machine
+    of ``results/``), so a call finds its inputs in cache or not depending on what ran just
+    before it: a fixed order would favour whoever follows the one that read the same
+    arrays."""
     for run in runs.values():
         for _ in range(warmup):
             run()
@@ -410,6 +417,8 @@ def sample_times(runs: dict[str, Run], rounds: int, warmup: int,
     for _ in range(rounds):
         shuffler.shuffle(order)
         for name in order:
+            if settle:
+                time.sleep(settle)
             start = time.perf_counter()
             runs[name]()
             samples[name].append(time.perf_counter() - start)
@@ -540,7 +549,8 @@ def measure(op: str, dtype: str, settings: Settings, plan: dict[str, Sequence[st
             groups.setdefault(group, {BESIDE + group: tilec_run})[peer] = run
         for name, group in groups.items():
             shuffler = random.Random(f"{ORDER_SEED}/{op}/{dtype}/{mode}/{pass_number}/{name}")
-            sampled = sample_times(group, rounds, settings.warmup, shuffler)
+            sampled = sample_times(group, rounds, settings.warmup, shuffler,
+                                   TORCH_SETTLE_S if name == "torch" else 0.0)
             for name, times in sampled.items():
                 case.samples.setdefault(mode, {}).setdefault(name, []).extend(times)
     return case
