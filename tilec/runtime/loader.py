@@ -389,10 +389,12 @@ class Library:
         self.device = Device(self.cdll, self.last_error) if self.target == "ptx" else None
         self.cpu_code: str | None = None
         """The code a cpu library's kernels run here: its ``--arch``, or with the default
-        x86-64-v3+v4 the level this CPU has (``TILEC_CPU=x86-64-v3`` keeps x86-64-v3)."""
-        if self.target == "cpu":
-            self.cdll.tilec_cpu_code.restype = ctypes.c_char_p
-            self.cpu_code = self.cdll.tilec_cpu_code().decode()
+        x86-64-v3+v4 the level this CPU has (``TILEC_CPU=x86-64-v3`` keeps x86-64-v3); None
+        for other targets and for libraries of tilec versions without ``tilec_cpu_code``."""
+        code = getattr(self.cdll, "tilec_cpu_code", None) if self.target == "cpu" else None
+        if code is not None:
+            code.restype = ctypes.c_char_p
+            self.cpu_code = code().decode()
         self.functions = {name: Function(self, name, meta)
                           for name, meta in self.metadata["functions"].items()}
 
