@@ -174,6 +174,18 @@ def test_a_library_of_one_arch_runs_that_code(tmp_path) -> None:
     assert tilec.load(path).cpu_code == "x86-64-v3"
 
 
+def test_a_library_without_tilec_cpu_code_loads(tmp_path) -> None:
+    """A cpu library of a tilec before tilec_cpu_code: cpu_code is None."""
+    (tmp_path / "old.c").write_text(
+        'const char* tilec_metadata(void) { return "{\\"format\\": 1, \\"target\\": '
+        '\\"cpu\\", \\"functions\\": {}}"; }\n'
+        'const char* tilec_last_error(void) { return ""; }\n')
+    subprocess.run([os.environ.get("CC") or "cc", "-shared", "-fPIC", "-o",
+                    str(tmp_path / "old.so"), str(tmp_path / "old.c")], check=True)
+    old = tilec.load(tmp_path / "old.so")
+    assert (old.target, old.cpu_code, old.functions) == ("cpu", None, {})
+
+
 def test_library_metadata_and_repr(libs) -> None:
     _, rms = libs
     meta = rms.metadata
