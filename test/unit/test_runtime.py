@@ -174,6 +174,36 @@ def test_a_library_of_one_arch_runs_that_code(tmp_path) -> None:
     assert tilec.load(path).cpu_code == "x86-64-v3"
 
 
+RUN_SWIGLU = """
+import sys, numpy as np, tilec
+try:
+    tilec.load(sys.argv[1]).swiglu(np.ones((1, 2, 8), np.float16))
+    print("ran")
+except RuntimeError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("arch, cpu, needs", [
+    ("x86-64-v3+v4", "x86-64-v2", "x86-64-v3 CPUs (AVX2, FMA, BMI1 and BMI2)"),
+    ("x86-64-v4", "x86-64-v3", "x86-64-v4 CPUs (AVX-512 F, BW, CD, DQ and VL)")])
+def test_a_cpu_below_the_librarys_code_is_refused_not_crashed(tmp_path, arch, cpu, needs):
+    """On a CPU without the instructions of a library's code (TILEC_CPU lowers the level the
+    library sees, as a CPU without them would), an entry fails with TILEC_ERR_DEVICE and
+    says what to build instead, where running the code would end the process (SIGILL)."""
+    path = tmp_path / "swiglu.so"
+    assert main([str(OPS / "swiglu.tile"), "--arch", arch, "-o", str(path)]) == 0
+    done = subprocess.run([sys.executable, "-c", RUN_SWIGLU, str(path)], capture_output=True,
+                          text=True, check=True, env={**os.environ, "TILEC_CPU": cpu})
+    assert done.stdout.strip().startswith(f"swiglu: this library's code is for {needs}, "
+                                          "which this one is not (as TILEC_CPU says): build it")
+    done = subprocess.run([sys.executable, "-c", RUN_SWIGLU, str(path)], capture_output=True,
+                          text=True, check=True, env={**os.environ, "TILEC_CPU": ""})
+    assert done.stdout.strip() == "ran" or arch == "x86-64-v4" and not has_avx512() and \
+        done.stdout.strip().startswith(f"swiglu: this library's code is for {needs}, which "
+                                       "this one is not: build it")
+
+
 def test_a_library_without_tilec_cpu_code_loads(tmp_path) -> None:
     """A cpu library of a tilec before tilec_cpu_code: cpu_code is None."""
     (tmp_path / "old.c").write_text(
@@ -262,6 +292,19 @@ def test_thread_count_comes_from_the_environment(tmp_path: Path, runtime) -> Non
         done = subprocess.run([sys.executable, "-c", probe, path], capture_output=True,
                               text=True, check=True, env={**os.environ, "TILEC_NUM_THREADS": env})
         assert done.stdout.strip() == want
+
+
+def test_cpu_level_comes_from_the_cpu_lowered_by_tilec_cpu(runtime) -> None:
+    """4 with AVX-512 (this suite's kernels need at least x86-64-v3, so 3 without); TILEC_CPU
+    lowers it, and only lowers it; other values are ignored."""
+    probe = ("import ctypes, sys; r = ctypes.CDLL(sys.argv[1]); "
+             "print(r.tilec_cpu_level(), r.tilec_cpu_level_lowered())")
+    found = "4" if has_avx512() else "3"
+    for env, want in [("", f"{found} 0"), ("x86-64-v3", f"3 {int(found == '4')}"),
+                      ("x86-64-v2", "2 1"), ("x86-64-v4", f"{found} 0"), ("v9", f"{found} 0")]:
+        done = subprocess.run([sys.executable, "-c", probe, runtime._name], capture_output=True,
+                              text=True, check=True, env={**os.environ, "TILEC_CPU": env})
+        assert done.stdout.strip() == want, env
 
 
 def test_half_conversions_round_to_nearest_even(runtime) -> None:

@@ -80,22 +80,38 @@ int tilec_num_threads(void) {
 }
 
 static pthread_once_t level_once = PTHREAD_ONCE_INIT;
-static int cpu_level = 3;
+static int cpu_level = 2;
+static int cpu_level_lowered; /* by TILEC_CPU */
 
 static void find_cpu_level(void) {
-  const char* env = getenv("TILEC_CPU");
-  if (env != NULL && strcmp(env, "x86-64-v3") == 0) return;
   __builtin_cpu_init();
-  /* the compilers' checks include the OS saving the AVX-512 registers (XCR0) */
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl"))
+  /* the compilers' checks include the OS saving the AVX and AVX-512 registers (XCR0); every
+   * CPU with AVX2 and FMA has F16C */
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
+    cpu_level = 3;
+  if (cpu_level == 3 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     cpu_level = 4;
+  const char* env = getenv("TILEC_CPU");
+  int cap = 4; /* any other value: ignored */
+  if (env != NULL && strcmp(env, "x86-64-v3") == 0) cap = 3;
+  if (env != NULL && strcmp(env, "x86-64-v2") == 0) cap = 2;
+  if (cpu_level > cap) {
+    cpu_level = cap;
+    cpu_level_lowered = 1;
+  }
 }
 
 int tilec_cpu_level(void) {
   pthread_once(&level_once, find_cpu_level);
   return cpu_level;
+}
+
+int tilec_cpu_level_lowered(void) {
+  pthread_once(&level_once, find_cpu_level);
+  return cpu_level_lowered;
 }
 
 static void run_chunks(const Launch* launch) {

@@ -19,6 +19,9 @@
 #define TILEC_ERR_CHECK 2      /* a run-time shape check of the program failed */
 #define TILEC_ERR_NO_VARIANT 3 /* no template variant matches and there is no generic kernel */
 #define TILEC_ERR_NO_MEMORY 4  /* an intermediate buffer could not be allocated */
+#ifndef TILEC_ERR_DEVICE
+#define TILEC_ERR_DEVICE 5     /* cpu: this CPU lacks instructions the library's code uses */
+#endif
 
 #define TILEC_MAX_LEAD_RANK 32 /* the most dimensions one `...` may stand for */
 
@@ -35,10 +38,12 @@ void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx
  * process may run on. */
 int tilec_num_threads(void);
 
-/* The x86-64 level of this CPU as far as a library's kernels care: 4 where it has AVX-512 F,
- * BW, CD, DQ and VL (x86-64-v4) and the environment variable TILEC_CPU is not "x86-64-v3",
- * else 3.  Found once. */
+/* The x86-64 level of this CPU as far as a library's kernels care, found once: 4 with
+ * AVX-512 F, BW, CD, DQ and VL (x86-64-v4), else 3 with AVX2, FMA, BMI1 and BMI2
+ * (x86-64-v3), else 2.  The environment variable TILEC_CPU lowers it: "x86-64-v3" to at most
+ * 3, "x86-64-v2" to 2 (to try a library on a CPU without AVX2). */
 int tilec_cpu_level(void);
+int tilec_cpu_level_lowered(void); /* whether TILEC_CPU lowered it */
 
 /* Set this thread's error message (printf-style) and return code. */
 int tilec_fail(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));

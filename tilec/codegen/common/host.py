@@ -369,6 +369,7 @@ def generate(module: Any, *, name: str, source: str, arch: str, test_break: str 
         "ptx_lines": [c_string(line + "\n") for line in device.ptx.splitlines()] if device
         else [],
         "cpu_default": cpu_code[0].arch if cpu_code else arch,
+        "cpu_required": cpu_code[0].level if cpu_code else 0,
         "cpu_variants": list(reversed(cpu_code[1:])),   # the highest level first
     }
     exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_record_error",

@@ -26,6 +26,7 @@ DEFAULT_ARCH = "x86-64-v3+v4"
 their kernels when they load: one library that runs on every x86-64-v3 CPU and at full width on
 the others.  It costs twice the LLVM time and twice the code."""
 BUILD_ARCHES = (DEFAULT_ARCH, *ARCHES)
+LEVELS = {"x86-64-v3": 3, "x86-64-v4": 4}
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,15 @@ class CodeVariant:
 
     arch: str        # a :class:`~.llvm.Machine` arch
     suffix: str      # appended to each kernel's C symbol ("" for the code run by default)
-    level: int       # the x86-64 level at which the library runs it instead of the first
+    level: int       # the x86-64 level the CPU needs to run it (0: the host's, not checked)
 
 
 def code_variants(arch: str) -> tuple[CodeVariant, ...]:
-    """The compilations of a library built for ``arch``, the one run by default first."""
+    """The compilations of a library built for ``arch``, the one run by default first (the
+    library runs a later one on a CPU of its level)."""
     if arch == DEFAULT_ARCH:
         return (CodeVariant("x86-64-v3", "", 3), CodeVariant("x86-64-v4", "__x86_64_v4", 4))
-    return (CodeVariant(arch, "", 0),)
+    return (CodeVariant(arch, "", LEVELS.get(arch, 0)),)
 
 
 @dataclass(frozen=True)
