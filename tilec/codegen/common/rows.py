@@ -158,8 +158,8 @@ def apply(op: str, args: Sequence[Num], dtype: str, source: str, unary: UnaryTab
 class RowLowering(LayoutOps):
     """The backend-independent part of lowering one kernel: symbols and dimensions, the op
     handlers that build lazy values (the layout ones from :class:`.layout.LayoutOps`),
-    materialisation, softmax and the var/mean reductions.
-    A subclass provides the frame and: ``read`` (one element of a view), ``write``, ``scratch``, ``copy``,
+    materialisation, softmax and the var/mean reductions.  A subclass provides the frame
+    and: ``read`` (one element of a view), ``write``, ``scratch``, ``copy``,
     ``full_reduction`` (one reduction kind over axes), ``matmul``, ``scalar_argument`` and
     the buffers ``arg_buffers`` / ``out_buffers``."""
 

@@ -26,6 +26,7 @@ DEFAULT_ARCH = "x86-64-v3+v4"
 their kernels when they load: one library that runs on every x86-64-v3 CPU and at full width on
 the others.  It costs twice the LLVM time and twice the code."""
 BUILD_ARCHES = (DEFAULT_ARCH, *ARCHES)
+# the x86-64 level of each arch that names one, lowest first: the default build's codes
 LEVELS = {"x86-64-v3": 3, "x86-64-v4": 4}
 
 
@@ -40,10 +41,11 @@ class CodeVariant:
 
 def code_variants(arch: str) -> tuple[CodeVariant, ...]:
     """The compilations of a library built for ``arch``, the one run by default first (the
-    library runs a later one on a CPU of its level)."""
-    if arch == DEFAULT_ARCH:
-        return (CodeVariant("x86-64-v3", "", 3), CodeVariant("x86-64-v4", "__x86_64_v4", 4))
-    return (CodeVariant(arch, "", LEVELS.get(arch, 0)),)
+    library runs a later one on a CPU of its level); each but the first has its arch, as a C
+    identifier, appended to the kernels' symbols."""
+    arches = tuple(LEVELS) if arch == DEFAULT_ARCH else (arch,)
+    return tuple(CodeVariant(a, "__" + a.replace("-", "_") if i else "", LEVELS.get(a, 0))
+                 for i, a in enumerate(arches))
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,7 @@ class _Kernel(RowLowering):
         out = _RowOut(dest, dest)
         if may_stream and len(dest.sizes) == 1 and dest.strides[0] == ONE \
                 and dest.base is not None:
-            staging = self.staging_row(dest)
+            staging = self.scratch(dest.sizes, dest.dtype, dest.storage)
             streams = self.streams(self.out_buffers[k], dest)
             target = View(arith.select(streams.value, staging.buffer, dest.buffer), dest.storage,
                           select(streams, const(index(), 0), dest.base), dest.offset,
@@ -356,15 +356,6 @@ class _Kernel(RowLowering):
         first = self.address(row, [const(index(), 0)] * len(row.sizes))
         pointer = Num(memref.extract_aligned_pointer_as_index(row.buffer))
         return pointer + first * ELEMENT_BYTES[row.storage]
-
-    def staging_row(self, dest: View) -> View:
-        """A scratch row shaped and stored like ``dest``, allocated before the row loop."""
-        with self.entry:
-            buf = memref.alloc(_memref(dest.storage), [self.dim(numel(dest.sizes)).value], [],
-                               alignment=CACHE_LINE_BYTES)
-        self.deallocs.append(buf)
-        return View(buf, dest.storage, None, ZERO, dest.sizes, row_major(dest.sizes),
-                    dest.dtype)
 
     def streams(self, buffer: ir.Value, row: View) -> Num:
         """Whether the output ``buffer``, of rows ``row``, streams: at least STREAM_MIN_BYTES
@@ -460,13 +451,13 @@ class _Kernel(RowLowering):
                 ivs.append(Num(loop.induction_variable))
             yield ivs
 
-    def scratch(self, sizes: Sequence[Dim], dtype: str) -> View:
-        """A row-major scratch buffer in registers' precision, allocated before the row loop
-        and freed after it."""
-        storage = SCRATCH[compute_kind(dtype)]
+    def scratch(self, sizes: Sequence[Dim], dtype: str, storage: Optional[str] = None) -> View:
+        """A row-major scratch buffer (in registers' precision unless ``storage`` is given),
+        cache-line aligned, allocated before the row loop and freed after it."""
+        storage = storage or SCRATCH[compute_kind(dtype)]
         n = self.dim(numel(sizes))
         with self.entry:
-            buf = memref.alloc(_memref(storage), [n.value], [], alignment=64)
+            buf = memref.alloc(_memref(storage), [n.value], [], alignment=CACHE_LINE_BYTES)
         self.deallocs.append(buf)
         return View(buf, storage, None, ZERO, tuple(sizes), row_major(sizes), dtype)
 
