@@ -1,5 +1,11 @@
 """Shared fixtures: paths of the repository, the shared examples and the operator library;
 every test compiles into a cache of its session's own, never the user's."""
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -13,12 +19,44 @@ AVX512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}   # x86-64-
 
 
 def has_avx512() -> bool:
-    """Whether /proc/cpuinfo lists x86-64-v4's AVX-512 features for this machine's CPU: where
-    a library of the default --arch runs its x86-64-v4 code."""
+    """Whether /proc/cpuinfo lists x86-64-v4's AVX-512 features for this machine's CPU: the
+    oracle, independent of tilec's runtime, that its detection is checked against."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("flags"):
             return AVX512 <= set(line.split(":", 1)[1].split())
     return False
+
+
+RUNTIME_C = REPO / "tilec" / "runtime" / "cpu_runtime.c"
+# qemu-user's model of a CPU with AVX2, FMA, BMI1/2 and F16C and without AVX-512: where a test
+# runs a library on a CPU of x86-64-v3 exactly, whatever CPU the machine has
+QEMU = shutil.which("qemu-x86_64")
+QEMU_V3_CPU = ["-cpu", "Haswell"]
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_library() -> str:
+    path = Path(tempfile.mkdtemp(prefix="tilec-runtime-")) / "runtime.so"
+    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
+                    str(path), str(RUNTIME_C)], check=True)
+    return str(path)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_level(tilec_cpu: str | None = None) -> int:
+    """The level tilec's runtime finds (``tilec_cpu_level``: 4 where a library of the default
+    --arch runs its x86-64-v4 code, 3 where its x86-64-v3 code, 2 below), asked in a child
+    process with ``TILEC_CPU`` as this one has it (None) or set to ``tilec_cpu`` ("": unset,
+    which gives the CPU's own level)."""
+    env = dict(os.environ)
+    if tilec_cpu is not None:
+        env.pop("TILEC_CPU", None)
+        if tilec_cpu:
+            env["TILEC_CPU"] = tilec_cpu
+    probe = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).tilec_cpu_level())"
+    done = subprocess.run([sys.executable, "-c", probe, _runtime_library()], env=env,
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import OPS, has_avx512
+from conftest import OPS, QEMU, QEMU_V3_CPU, cpu_level, has_avx512
 
 import tilec
 from tilec.cli import main
@@ -163,7 +163,8 @@ def test_the_default_library_runs_x86_64_v4_code_where_the_cpu_has_it(libs, tmp_
                                str(tmp_path / f"{forced}.npy")],
                               capture_output=True, text=True, check=True, env=env)
         results[done.stdout.strip()] = np.load(tmp_path / f"{forced}.npy")
-    detected = "x86-64-v4" if has_avx512() else "x86-64-v3"
+    detected = "x86-64-v4" if cpu_level("") == 4 else "x86-64-v3"
+    assert (detected == "x86-64-v4") == has_avx512()       # the runtime reads the CPU right
     assert set(results) == {detected, "x86-64-v3"}
     assert_close(results[detected], results["x86-64-v3"], "bfloat16")
 
@@ -177,31 +178,67 @@ def test_a_library_of_one_arch_runs_that_code(tmp_path) -> None:
 RUN_SWIGLU = """
 import sys, numpy as np, tilec
 try:
-    tilec.load(sys.argv[1]).swiglu(np.ones((1, 2, 8), np.float16))
-    print("ran")
+    lib = tilec.load(sys.argv[1])
+    lib.swiglu(np.ones((1, 2, 8), np.float16))
+    print("ran", lib.cpu_code)
 except RuntimeError as e:
     print(e)
 """
 
 
+LEVELS = {"x86-64-v2": 2, "x86-64-v3": 3, "x86-64-v4": 4}
+NEEDS = {3: "x86-64-v3 CPUs (AVX2, FMA, BMI1 and BMI2)",
+         4: "x86-64-v4 CPUs (AVX-512 F, BW, CD, DQ and VL)"}
+
+
+def refusal(level: int, lowered: bool) -> str:
+    """How an entry of a library whose code needs ``level`` starts its refusal."""
+    said = " (as TILEC_CPU says)" if lowered else ""
+    return f"swiglu: this library's code is for {NEEDS[level]}, which this one is not{said}: " \
+        "build it"
+
+
+def run_swiglu(path: Path, tilec_cpu: str, emulate: bool = False) -> str:
+    """What RUN_SWIGLU prints for the library at ``path`` with TILEC_CPU set to ``tilec_cpu``
+    ("": unset), on this CPU or on qemu's x86-64-v3 CPU (``emulate``)."""
+    env = {k: v for k, v in os.environ.items() if k != "TILEC_CPU"}
+    if tilec_cpu:
+        env["TILEC_CPU"] = tilec_cpu
+    command = [sys.executable, "-c", RUN_SWIGLU, str(path)]
+    if emulate:
+        command = [QEMU, *QEMU_V3_CPU, *command]
+    return subprocess.run(command, capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
 @pytest.mark.parametrize("arch, cpu, needs", [
-    ("x86-64-v3+v4", "x86-64-v2", "x86-64-v3 CPUs (AVX2, FMA, BMI1 and BMI2)"),
-    ("x86-64-v4", "x86-64-v3", "x86-64-v4 CPUs (AVX-512 F, BW, CD, DQ and VL)")])
+    ("x86-64-v3+v4", "x86-64-v2", 3), ("x86-64-v4", "x86-64-v3", 4)])
 def test_a_cpu_below_the_librarys_code_is_refused_not_crashed(tmp_path, arch, cpu, needs):
     """On a CPU without the instructions of a library's code (TILEC_CPU lowers the level the
     library sees, as a CPU without them would), an entry fails with TILEC_ERR_DEVICE and
-    says what to build instead, where running the code would end the process (SIGILL)."""
+    says what to build instead, where running the code would end the process (SIGILL).  The
+    refusal says "as TILEC_CPU says" only where TILEC_CPU, not the CPU, took the level down;
+    which of the two this machine shows, the runtime says (``cpu_level``)."""
     path = tmp_path / "swiglu.so"
     assert main([str(OPS / "swiglu.tile"), "--arch", arch, "-o", str(path)]) == 0
-    done = subprocess.run([sys.executable, "-c", RUN_SWIGLU, str(path)], capture_output=True,
-                          text=True, check=True, env={**os.environ, "TILEC_CPU": cpu})
-    assert done.stdout.strip().startswith(f"swiglu: this library's code is for {needs}, "
-                                          "which this one is not (as TILEC_CPU says): build it")
-    done = subprocess.run([sys.executable, "-c", RUN_SWIGLU, str(path)], capture_output=True,
-                          text=True, check=True, env={**os.environ, "TILEC_CPU": ""})
-    assert done.stdout.strip() == "ran" or arch == "x86-64-v4" and not has_avx512() and \
-        done.stdout.strip().startswith(f"swiglu: this library's code is for {needs}, which "
-                                       "this one is not: build it")
+    found = cpu_level("")
+    assert run_swiglu(path, cpu).startswith(refusal(needs, lowered=found > LEVELS[cpu]))
+    unset = run_swiglu(path, "")
+    assert unset.startswith("ran") if found >= needs else unset.startswith(refusal(needs, False))
+
+
+@pytest.mark.skipif(QEMU is None, reason="needs qemu-x86_64 (Debian's qemu-user, which "
+                    ".ci/run installs) to run a library on a CPU without AVX-512")
+def test_on_a_cpu_without_avx512_the_default_library_runs_its_avx2_code(tmp_path) -> None:
+    """On qemu's Haswell (x86-64-v3, no AVX-512), whatever this machine's CPU: a library of
+    the default --arch runs its x86-64-v3 code, one of x86-64-v4 alone refuses to run, in
+    the words of a CPU that lacks the instructions rather than of TILEC_CPU."""
+    for arch, want in [("x86-64-v3+v4", "ran x86-64-v3"),
+                       ("x86-64-v4", refusal(4, lowered=False))]:
+        path = tmp_path / f"{arch}.so"
+        assert main([str(OPS / "swiglu.tile"), "--arch", arch, "-o", str(path)]) == 0
+        assert run_swiglu(path, "", emulate=True).startswith(want)
+        assert run_swiglu(path, "x86-64-v3", emulate=True).startswith(want)
 
 
 def test_a_library_without_tilec_cpu_code_loads(tmp_path) -> None:
@@ -299,7 +336,7 @@ def test_cpu_level_comes_from_the_cpu_lowered_by_tilec_cpu(runtime) -> None:
     lowers it, and only lowers it; other values are ignored."""
     probe = ("import ctypes, sys; r = ctypes.CDLL(sys.argv[1]); "
              "print(r.tilec_cpu_level(), r.tilec_cpu_level_lowered())")
-    found = "4" if has_avx512() else "3"
+    found = str(cpu_level(""))
     for env, want in [("", f"{found} 0"), ("x86-64-v3", f"3 {int(found == '4')}"),
                       ("x86-64-v2", "2 1"), ("x86-64-v4", f"{found} 0"), ("v9", f"{found} 0")]:
         done = subprocess.run([sys.executable, "-c", probe, runtime._name], capture_output=True,
