@@ -5,16 +5,13 @@
 build one in-process and load it.  They are imported on first use, so ``import tilec`` stays
 light.
 """
-from __future__ import annotations
-
-from typing import Any
-
 __version__ = "0.1.0"
 
 _LAZY = {"load": "tilec.runtime.loader", "compile": "tilec.api", "compile_string": "tilec.api"}
+__all__ = ["compile", "compile_string", "load"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'tilec' has no attribute '{name}'")
     import importlib
@@ -22,4 +19,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(__all__ + ["__version__"])

@@ -82,8 +82,18 @@ class _PrintCmakeDir(argparse.Action):
         parser.exit()
 
 
+SUBCOMMANDS = """\
+other commands (each with its own --help):
+  tilec verify FILE [OPTIONS]    run every function against the reference on random inputs
+  tilec bench [OPTIONS]          time the CPU kernels against NumPy and PyTorch
+  tilec cache info|clear         show the compile cache's location and size; empty it
+  tilec-opt FILE.mlir -p PASSES  run passes on tile IR text and print the result"""
+
+
 def _compile_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.")
+    p = _Parser(prog="tilec", description="Compile a .tile operator for Ascend (C), PTX or CPU.",
+                usage="%(prog)s [OPTIONS] FILE\n       %(prog)s verify|bench|cache ...",
+                epilog=SUBCOMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cmake-dir", action=_PrintCmakeDir, nargs=0,
                    help="print the directory of the CMake package (for tilec_DIR) and exit")
     p.add_argument("file", help="the .tile source")
@@ -214,9 +224,12 @@ def cache_main(argv: Sequence[str]) -> int:
 
 
 def _verify_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tilec verify",
+    from .harness.verify import EXPLAINED
+
+    p = _Parser(prog="tilec verify", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Run every function of a .tile file, built for a target, against "
-                            "the reference semantics on fixed-seed random inputs.")
+                            "the reference semantics on fixed-seed random inputs, and print "
+                            "one line per case as it runs.", epilog=EXPLAINED)
     p.add_argument("file", help="the .tile source")
     _add_build_options(p)
     p.add_argument("--max-elements", type=int, default=1 << 22, metavar="N",
@@ -233,25 +246,22 @@ def verify_main(argv: Sequence[str]) -> int:
 
         args = _verify_parser().parse_args(argv)
         report = verify(args.file, CompileOptions(**_build_options(args)),
-                        max_elements=args.max_elements, seed=args.seed, progress=sys.stderr)
-        print(report.table())
-        return 0 if report.ok else 1
+                        max_elements=args.max_elements, seed=args.seed, out=sys.stdout,
+                        progress=sys.stderr)
+        return 130 if report.interrupted else 0 if report.ok else 1
 
     return _guarded(run)
 
 
-BENCH_SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "cpu_ops.py"
 BENCH_UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")   # they slow a current NumPy down
 
 
 def bench_main(argv: Sequence[str]) -> int:
-    """``tilec bench [OPTIONS]``: run ``bench/cpu_ops.py`` of a source checkout (tilec against
-    NumPy and PyTorch; ``tilec bench --help``) in a child process without ``BENCH_UNSET``."""
+    """``tilec bench [OPTIONS]``: run :mod:`tilec.bench.cpu_ops` (tilec against NumPy and
+    PyTorch; ``tilec bench --help``) in a child process without ``BENCH_UNSET``."""
     def run() -> int:
-        if not BENCH_SCRIPT.is_file():
-            raise TilecError(f"tilec bench needs a source checkout of tilec: no {BENCH_SCRIPT}")
         env = {k: v for k, v in os.environ.items() if k not in BENCH_UNSET}
-        return subprocess.call([sys.executable, str(BENCH_SCRIPT), *argv], env=env)
+        return subprocess.call([sys.executable, "-m", "tilec.bench.cpu_ops", *argv], env=env)
 
     return _guarded(run)
 

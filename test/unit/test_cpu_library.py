@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -462,14 +463,49 @@ def test_verify_passes_and_fails_on_an_injected_break() -> None:
     broken = subprocess.run(command, capture_output=True, text=True, env=env)
     assert broken.returncode == 1
     table = broken.stdout.splitlines()
-    assert table[0].split() == ["function", "case", "shapes", "max", "abs", "max", "rel",
-                                "result"]
+    assert table[0].split() == ["function", "case", "max", "abs", "max", "rel", "result",
+                                "shapes"]
     assert table[1].split()[:4] == ["swiglu", "batch=7", "seq=7", "hidden=7"]
-    assert table[1].endswith("FAIL")
+    assert table[1].split()[-4:] == ["FAIL", "(7,", "7,", "14)"]
     assert "first at (0, 0, 0)" in broken.stdout
     # 24 cases: (7, 7, 7), 5 more sizes per symbol, 5 more all at once, 3 random; 11 of
     # them hold more than 100000 elements (3 * batch * seq * hidden)
     assert table[-1] == "13 cases: 0 passed, 0 rejected by both, 13 failed; 11 skipped"
+
+
+def test_verify_streams_its_table_and_sums_up_after_it() -> None:
+    """With stdout and stderr in one pipe (2>&1): the build, the header, every row, then the
+    function's line and the counts, in that order."""
+    done = subprocess.run([sys.executable, "-m", "tilec.cli", "verify",
+                           str(OPS / "layernorm.tile")], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout
+    assert re.fullmatch(r"verify layernorm.tile: built for cpu in [\d.]+ m?s", lines[0])
+    assert lines[1].split()[:2] == ["function", "case"]
+    assert all(line.startswith("layernorm  ") for line in lines[2:13])
+    assert re.fullmatch(r"verify layernorm.tile: layernorm: 11 cases, 0 failed "
+                        r"\([\d.]+ m?s\)", lines[13])
+    assert lines[14:] == ["11 cases: 10 passed, 1 rejected by both, 0 failed; 0 skipped"]
+
+
+def test_verify_keeps_what_ran_when_interrupted() -> None:
+    """Ctrl-C (SIGINT) during the cases: the rows so far stay printed, the counts follow,
+    with a line saying the run was interrupted; exit status 130."""
+    # with the cap at 10**9 the case of every symbol at 255 (50 million elements) takes
+    # seconds: the signal comes before the end
+    child = subprocess.Popen([sys.executable, "-m", "tilec.cli", "verify",
+                              str(OPS / "swiglu.tile"), "--max-elements", str(10**9)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = [child.stdout.readline(), child.stdout.readline()]   # the header and one row
+    child.send_signal(signal.SIGINT)
+    rest = child.stdout.read().splitlines()
+    assert child.wait() == 130
+    assert first[1].startswith("swiglu  ")
+    assert rest[-1] == "interrupted (Ctrl-C): the cases above are all that ran"
+    ran = int(rest[-2].split()[0])
+    assert 1 <= ran < 24 and len([ln for ln in [first[1], *rest] if ln.startswith("swiglu  ")]) \
+        == ran
 
 
 @pytest.mark.parametrize("target", ["cpu", "ptx", "ascend-sim"])
@@ -483,3 +519,22 @@ def test_the_library_exports_every_function_its_header_declares(target: str,
                              text=True, check=True).stdout.split()
     assert {"swiglu", "tilec_last_error", "tilec_metadata"} <= declared
     assert declared <= set(symbols)
+
+
+def test_help_lists_every_command(capsys) -> None:
+    """``tilec --help`` names every command, each of which answers --help itself."""
+    from tilec.cli import opt_main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out.split("other commands (each with its own --help):\n")[1]
+    names = [line.split()[:2] for line in listed.splitlines()]
+    assert names == [["tilec", "verify"], ["tilec", "bench"], ["tilec", "cache"],
+                     ["tilec-opt", "FILE.mlir"]]
+    for command in (["verify", "--help"], ["cache", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(command)
+        assert done.value.code == 0 and capsys.readouterr().out.startswith("usage: tilec ")
+    with pytest.raises(SystemExit):
+        opt_main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: tilec-opt ")

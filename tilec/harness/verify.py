@@ -2,8 +2,8 @@
 reference semantics.
 
 In: a ``.tile`` file and :class:`~tilec.driver.CompileOptions`.  Out: a :class:`Report`, one
-:class:`Case` per function and shape binding, printed as a table (max abs / rel error per case)
-and ``ok`` when every case agrees with the reference within the numerical contract
+:class:`Case` per function and shape binding, streamed as a table as the cases run (max abs /
+rel error per case), and ``ok`` when every case agrees with the reference within the numerical contract
 (:mod:`tilec.harness.numerics`).
 
 The library is built with :func:`tilec.api.compile_string` and called through the Python
@@ -62,24 +62,73 @@ class Case:
 class Report:
     cases: list[Case]
     skipped: list[str]         # cases over the size cap, or impossible shapes
+    interrupted: bool = False  # stopped by Ctrl-C: the cases so far
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.cases)
+        return all(c.ok for c in self.cases) and not self.interrupted
 
     def table(self) -> str:
-        head = ("function", "case", "shapes", "max abs", "max rel", "result")
-        rows = [head] + [(c.function, c.label, c.shapes, _number(c.max_abs), _number(c.max_rel),
-                          c.status) for c in self.cases]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-        lines += [f"  {c.function} {c.label}: {c.detail}" for c in self.cases
-                  if c.status == "FAIL"]
-        lines += [f"skipped: {note}" for note in self.skipped]
-        counts = {s: sum(c.status == s for c in self.cases) for s in ("pass", "rejected", "FAIL")}
-        lines.append(f"{len(self.cases)} cases: {counts['pass']} passed, {counts['rejected']} "
-                     f"rejected by both, {counts['FAIL']} failed; {len(self.skipped)} skipped")
-        return "\n".join(lines)
+        """The whole report, as :func:`verify` streams it: :class:`Table`'s lines."""
+        table = Table.fitting([c.function for c in self.cases], [c.label for c in self.cases])
+        return "\n".join([table.head(), *map(table.row, self.cases), *table.tail(self)])
+
+
+COLUMNS = ("function", "case", "max abs", "max rel", "result", "shapes")
+# what each column and count means: `tilec verify --help` prints it
+EXPLAINED = """\
+columns:
+  function  the function of FILE
+  case      its shape binding: each free symbol's value, ... the extents it stands for
+  max abs   the largest |library - reference| over the elements finite in both
+  max rel   the largest |library - reference| / |reference| (where the reference is not 0)
+  result    pass: within the numerical contract (README, Numerics);
+            rejected: both the reference and the library refused the arguments (a run-time
+            shape check fails, or ... cannot have that rank), which agrees;
+            FAIL: beyond the contract, or only one of the two refused (the first mismatch
+            is printed below the table)
+  shapes    the shapes of the tensor arguments
+counts (last line): cases run, and of them passed, rejected by both and failed; skipped:
+cases not run because their arguments and results hold more than --max-elements elements,
+or because a dimension is not a non-negative integer there (each listed)
+exit status: 0 when no case failed, 1 otherwise, 130 on Ctrl-C (the cases so far are shown)"""
+
+
+@dataclass(frozen=True)
+class Table:
+    """The report's table, one line per case as it comes: the function and case columns are
+    as wide as the widest to come, the shapes last and unpadded."""
+    function_width: int
+    case_width: int
+
+    @staticmethod
+    def fitting(functions: list[str], labels: list[str]) -> "Table":
+        return Table(max(map(len, [COLUMNS[0], *functions])),
+                     max(map(len, [COLUMNS[1], *labels])))
+
+    def _line(self, cells: tuple[str, ...]) -> str:
+        widths = (self.function_width, self.case_width, 9, 9, 8)
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths + (0,))).rstrip()
+
+    def head(self) -> str:
+        return self._line(COLUMNS)
+
+    def row(self, c: Case) -> str:
+        return self._line((c.function, c.label, _number(c.max_abs), _number(c.max_rel),
+                           c.status, c.shapes))
+
+    def tail(self, report: Report) -> list[str]:
+        lines = [f"  {c.function} {c.label}: {c.detail}" for c in report.cases
+                 if c.status == "FAIL"]
+        lines += [f"skipped: {note}" for note in report.skipped]
+        counts = {s: sum(c.status == s for c in report.cases)
+                  for s in ("pass", "rejected", "FAIL")}
+        lines.append(f"{len(report.cases)} cases: {counts['pass']} passed, "
+                     f"{counts['rejected']} rejected by both, {counts['FAIL']} failed; "
+                     f"{len(report.skipped)} skipped")
+        if report.interrupted:
+            lines.append("interrupted (Ctrl-C): the cases above are all that ran")
+        return lines
 
 
 def _number(x: float | None) -> str:
@@ -202,33 +251,63 @@ def _random(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.
     return rng.standard_normal(shape).astype(NUMPY_DTYPES[dtype])
 
 
+def _seconds(t: float) -> str:
+    return f"{t:.1f} s" if t >= 1 else f"{t * 1000:.0f} ms"
+
+
 def verify(path: str, options: CompileOptions, *, max_elements: int = 1 << 22, seed: int = 0,
-           progress: TextIO | None = None) -> Report:
-    """Build ``path`` with ``options`` and run every function against the reference."""
+           out: TextIO | None = None, progress: TextIO | None = None) -> Report:
+    """Build ``path`` with ``options`` and run every function against the reference.  With
+    ``out``, the table goes there line by line as the cases run (flushed), then its tail;
+    with ``progress``, how long the build and each function took.  Ctrl-C stops the cases:
+    the report holds those that ran and says it was interrupted."""
     from ..api import compile_string
 
     text = read_source(path)
     fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
               if f.name not in ("emit", "target")}
+    start = time.perf_counter()
     library = compile_string(text, path, options.target, **fields)
     module = compile_source(text, path, options.sema())
     with module.context:
         flag = "true" if options.no_generic else "false"
         run_pipeline(module, parse_pipeline(f"tile-shape-template{{no-generic={flag}}}"))
+    _say(progress, f"verify {Path(path).name}: built for {options.target} in "
+                   f"{_seconds(time.perf_counter() - start)}")
     rng = np.random.default_rng(seed)
+    plan = [(fn, _bindings(fn, rng)) for fn in library.functions.values()]
+    table = Table.fitting([fn.name for fn, _ in plan],
+                          [_label(v, lead, fn) for fn, bindings in plan for v, lead in bindings])
     report = Report([], [])
-    for fn in library.functions.values():
-        start = time.perf_counter()
-        before = len(report.cases)
-        for values, lead in _bindings(fn, rng):
-            case = _case(fn, module, values, lead, rng, max_elements)
-            if isinstance(case, str):
-                report.skipped.append(case)
-            else:
-                report.cases.append(case)
-        mine = report.cases[before:]
-        if progress is not None:
-            failed = sum(not c.ok for c in mine)
-            print(f"verify {Path(path).name}: {fn.name}: {len(mine)} cases, {failed} failed "
-                  f"({time.perf_counter() - start:.1f} s)", file=progress, flush=True)
+    _say(out, table.head())
+    try:
+        for fn, bindings in plan:
+            _run_function(fn, bindings, module, rng, max_elements, report, table, out,
+                          progress, Path(path).name)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    for line in table.tail(report):
+        _say(out, line)
     return report
+
+
+def _run_function(fn: Function, bindings: list[tuple[dict[str, int], tuple]], module: Any,
+                  rng: np.random.Generator, max_elements: int, report: Report, table: Table,
+                  out: TextIO | None, progress: TextIO | None, file: str) -> None:
+    start = time.perf_counter()
+    before = len(report.cases)
+    for values, lead in bindings:
+        case = _case(fn, module, values, lead, rng, max_elements)
+        if isinstance(case, str):
+            report.skipped.append(case)
+        else:
+            report.cases.append(case)
+            _say(out, table.row(case))
+    mine = report.cases[before:]
+    _say(progress, f"verify {file}: {fn.name}: {len(mine)} cases, "
+                   f"{sum(not c.ok for c in mine)} failed ({_seconds(time.perf_counter() - start)})")
+
+
+def _say(stream: TextIO | None, line: str) -> None:
+    if stream is not None:
+        print(line, file=stream, flush=True)

@@ -1,8 +1,9 @@
 """tilec's CPU kernels against NumPy, PyTorch eager and torch.compile, in one process.
 
-In: the operators of ``bench/ops/*.tile`` (swiglu, rmsnorm, layernorm, softmax, rope, gelu,
+In: the operators of ``tilec/bench/ops/*.tile`` (swiglu, rmsnorm, layernorm, softmax, rope, gelu,
 each as ``OP_f32`` and ``OP_f16``) and the same computations written for each peer.  Out: one
-markdown table on stdout (and in ``-o FILE``, by default ``bench/results/cpu-DATE.md``): per
+markdown table on stdout (and in ``-o FILE``; a full run of a source checkout writes
+``bench/results/cpu-DATE.md`` there, of an installed tilec ``cpu-DATE.md`` here): per
 operator, dtype and output mode the median time of each implementation, tilec's GB/s (bytes an
 ideal kernel reads and writes) and its fraction of a copy's bandwidth (``np.copyto`` moving
 the same bytes between preallocated buffers, on one thread and on one thread per CPU: the
@@ -48,11 +49,15 @@ import tilec
 from tilec.codegen.cpu import BUILD_ARCHES, DEFAULT_ARCH
 
 BENCH = Path(__file__).resolve().parent
+# the source checkout tilec is imported from (None for an installed tilec): the recorded
+# results go to its bench/results, its commit into the report
+CHECKOUT = Path(tilec.__file__).resolve().parent.parent
+CHECKOUT = CHECKOUT if (CHECKOUT / "bench" / "results").is_dir() else None
 OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 SUFFIX = {"float32": "f32", "float16": "f16"}
 HEAD_DIM = 128               # rope: hidden = heads * HEAD_DIM
-RMS_EPS = 1e-6               # the defaults of bench/ops/*.tile
+RMS_EPS = 1e-6               # the defaults of ops/*.tile
 LN_EPS = 1e-5
 SQRT_HALF = math.sqrt(0.5)
 TOLERANCE = {"float32": (1e-3, 1e-4), "float16": (1e-2, 1e-2)}   # (rtol, atol) of the check
@@ -98,7 +103,7 @@ QUICK = Size(64, 256)
 
 
 def make_inputs(op: str, size: Size, dtype: str, rng: np.random.Generator) -> list[np.ndarray]:
-    """The arguments of ``OP_{f32,f16}`` in bench/ops (rope's table stays float32)."""
+    """The arguments of ``OP_{f32,f16}`` in ops/ (rope's table stays float32)."""
     t, h, kind = size.tokens, size.hidden, DTYPES[dtype]
 
     def normal(*shape: int) -> np.ndarray:
@@ -713,8 +718,9 @@ def environment(settings: Settings, peers: Sequence[str], load: tuple[float, flo
 
 def _revision() -> str:
     """The commit of the checkout tilec is imported from (``-dirty`` with local changes)."""
-    checkout = Path(tilec.__file__).resolve().parent.parent
-    done = subprocess.run(["git", "-C", str(checkout), "describe", "--always", "--dirty"],
+    if CHECKOUT is None:
+        return f"tilec {tilec.__version__}, installed"
+    done = subprocess.run(["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"],
                           capture_output=True, text=True)
     return f"commit {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
 
@@ -769,8 +775,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="times over every case, the rounds shared out among them, so that "
                         f"each case is sampled across the whole run (default {Settings.passes})")
     p.add_argument("-o", dest="output",
-                   help="also write the report here (default: bench/results/cpu-DATE.md for a "
-                        "full run: every op, with the torch peers, not --quick)")
+                   help="also write the report here (default for a full run, every op with "
+                        "the torch peers and not --quick: bench/results/cpu-DATE.md of the "
+                        "source checkout, or cpu-DATE.md here for an installed tilec)")
     p.add_argument("--thp-child", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     ops = [op for op in args.ops.split(",") if op]
@@ -804,8 +811,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   (load_before, os.getloadavg()[0]))
     sys.stdout.write(text)
     full = not args.quick and not args.no_torch and set(ops) == set(OPS)
-    output = args.output or (BENCH / "results" / f"cpu-{datetime.date.today().isoformat()}.md"
-                             if full else None)
+    output = args.output or ((CHECKOUT / "bench" / "results" if CHECKOUT else Path.cwd()) /
+                             f"cpu-{datetime.date.today().isoformat()}.md" if full else None)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text)
@@ -813,4 +820,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tilec.cli import _guarded
+    sys.exit(_guarded(main))
