@@ -281,3 +281,21 @@ def test_launch_needs_a_gpu(library) -> None:
     want = x[..., :8].astype(np.float32) * gate / (1 + np.exp(-gate))
     np.testing.assert_allclose(library.swiglu(x).astype(np.float32), want, rtol=1e-2,
                                atol=1e-3)
+
+
+@pytest.mark.parametrize("emit, tool", [("so", "ptxas"), ("ptx", "libdevice")])
+def test_without_the_ptx_extra_the_error_names_it(monkeypatch, capsys, emit, tool) -> None:
+    """Where the NVIDIA wheels (the extra ``ptx``) are not installed, --target ptx says what
+    it needs and how to install it, instead of failing inside."""
+    from tilec.cli import main
+    from tilec.codegen.ptx import toolchain
+
+    find_spec = toolchain.importlib.util.find_spec
+    monkeypatch.setattr(toolchain.importlib.util, "find_spec",
+                        lambda name, *more: None if name == "nvidia" else find_spec(name, *more))
+    for cached in (toolchain.ptxas_path, toolchain.libdevice_path, toolchain._libdevice_bitcode,
+                   toolchain._libdevice_function):
+        monkeypatch.setattr(toolchain, cached.__name__, functools.lru_cache(cached.__wrapped__))
+    assert main([str(OPS / "swiglu.tile"), "--target", "ptx", f"--emit={emit}", "--no-cache",
+                 "-o", "/dev/null"]) == 1
+    assert f"error: --target ptx needs {tool}: pip install 'tilec[ptx]'" in capsys.readouterr().err

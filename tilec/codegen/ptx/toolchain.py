@@ -12,8 +12,8 @@ bytes of libdevice, and per libdevice function, arch pair that function extracte
 libdevice as bitcode.
 
 The tools come from the ``nvidia-nvvm`` (libdevice) and ``nvidia-cuda-nvcc`` (ptxas) wheels
-pinned in pyproject.toml, found through importlib, never through PATH.  PTX ``.version``:
-8.0 (``+ptx80``), the first ISA with sm_90a and the oldest that every arch here accepts, so
+of the extra ``ptx`` pinned in pyproject.toml, found through importlib, never through PATH.
+PTX ``.version``: 8.0 (``+ptx80``), the first ISA with sm_90a and the oldest that every arch here accepts, so
 that ptxas 13.0 and any driver since CUDA 12.0 (13.0 included) load it.
 """
 from __future__ import annotations
@@ -45,8 +45,9 @@ NVVM_LOWERING = ("builtin.module(gpu.module(canonicalize,cse,convert-scf-to-cf,"
                  "reconcile-unrealized-casts))")
 
 
-def _wheel_file(package: str, relative: str) -> Path:
-    """A file of an installed NVIDIA wheel (``nvidia/cu13/...``), found via importlib."""
+def _wheel_file(tool: str, relative: str) -> Path:
+    """A file of an installed NVIDIA wheel (``nvidia/cu13/...``; the extra ``ptx`` installs
+    them), found via importlib."""
     spec = importlib.util.find_spec("nvidia")
     roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations \
         else []
@@ -54,18 +55,17 @@ def _wheel_file(package: str, relative: str) -> Path:
         path = Path(root) / relative
         if path.exists():
             return path
-    raise TilecError(f"cannot find {relative} of the '{package}' wheel: install it "
-                     f"(pip install '{package}==13.0.88')")
+    raise TilecError(f"--target ptx needs {tool}: pip install 'tilec[ptx]'")
 
 
 @lru_cache(maxsize=None)
 def libdevice_path() -> Path:
-    return _wheel_file("nvidia-nvvm", "cu13/nvvm/libdevice/libdevice.10.bc")
+    return _wheel_file("libdevice", "cu13/nvvm/libdevice/libdevice.10.bc")
 
 
 @lru_cache(maxsize=None)
 def ptxas_path() -> Path:
-    return _wheel_file("nvidia-cuda-nvcc", "cu13/bin/ptxas")
+    return _wheel_file("ptxas", "cu13/bin/ptxas")
 
 
 def to_nvvm(module: ir.Module) -> None:
