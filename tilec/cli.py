@@ -16,9 +16,10 @@ from typing import Callable, Sequence
 
 from .diagnostics import TilecError, default_sink, register_source
 from .cache import Store
-from .driver import (ALL_STAGES, BINARY_STAGES, PROJECT, TARGETS, CompileOptions, build,
-                     cache_dir, read_source, write_atomic, write_directory, write_outputs,
-                     write_project, write_stages)
+from .codegen import registry
+from .codegen.common.backend import Output, PartialBuild
+from .driver import (CompileOptions, build, cache_dir, read_source, write_atomic,
+                     write_directory, write_outputs, write_partial, write_stages)
 
 CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 
@@ -49,11 +50,8 @@ def _template(text: str) -> tuple[str, list[int]]:
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
     """The options that change what is built (shared by compiling and ``tilec verify``)."""
-    p.add_argument("--target", default="cpu", choices=TARGETS)
-    p.add_argument("--arch", default="",
-                   help="cpu: x86-64-v3+v4 (default: AVX2 code, and AVX-512 code run "
-                        "where the CPU has it), x86-64-v3, x86-64-v4 or native (tune for "
-                        "this machine); ptx: sm_80, sm_90 (default), sm_90a")
+    p.add_argument("--target", default="cpu", choices=registry.targets())
+    p.add_argument("--arch", default="", help=registry.arch_help())
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
                    help="fix shape symbol SYM to V")
     p.add_argument("--template", dest="templates", action="append", default=[],
@@ -102,8 +100,9 @@ def _compile_parser() -> argparse.ArgumentParser:
                         "for --emit=project a directory, replaced whole if tilec wrote it); "
                         "if absent, text stages go to stdout, obj/so to the source's stem in "
                         "the current directory, project to STEM.ascend there")
-    p.add_argument("--emit", default="so", choices=ALL_STAGES, metavar="STAGE",
-                   help="stage to produce: " + " ".join(ALL_STAGES) + " (default: so)")
+    stages = registry.all_stages()
+    p.add_argument("--emit", default="so", choices=stages, metavar="STAGE",
+                   help="stage to produce: " + " ".join(stages) + " (default: so)")
     _add_build_options(p)
     p.add_argument("--pass-pipeline", help="run this pipeline instead of the default")
     p.add_argument("--print-ir-after-all", action="store_true",
@@ -161,34 +160,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
             verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
-        binary = options.emit in BINARY_STAGES
-        project = options.emit == PROJECT
+        stage = registry.stage_of(options.target, options.emit)
+        kind = Output.TEXT if stage is None else stage.output
         output = args.output
-        if binary and output is None:
-            output = Path(args.file).stem + (".so" if options.emit == "so" else ".o")
-        if project and output is None:
-            output = Path(args.file).stem + ".ascend"
+        if kind is not Output.TEXT and output is None:
+            output = Path(args.file).stem + stage.suffix
         name = Path(output or args.file).stem
         try:
             built = build(text, args.file, options, default_sink(), name,
                           use_cache=not args.no_cache,
                           record_stages=args.dump_dir is not None or args.verbose)
-        except TilecError as error:
-            from .codegen.ascendc import MissingToolchain
-            if isinstance(error, MissingToolchain):
-                raise write_project(output, error) from None
-            raise
+        except PartialBuild as partial:
+            raise write_partial(output, partial) from None
         if args.verbose:
             print(_cache_report(built.key, built.hit), file=sys.stderr)
             if "ptxas" in built.stages:
                 print(built.stages["ptxas"], file=sys.stderr)
         if args.dump_dir is not None:
             write_stages(args.dump_dir, name, built.stages)
-        if binary:
+        if kind is Output.DIRECTORY:
+            write_directory(output, built.files, stage.replaceable or (lambda _: False))
+        elif kind is not Output.TEXT:
             write_outputs(output, built.files)
-        elif project:
-            from .codegen.ascendc import is_project
-            write_directory(output, built.files, is_project)
         elif output:
             write_atomic(output, built.files[""])
         else:

@@ -29,13 +29,11 @@ from .cache import Store, cache_dir
 from .diagnostics import Diagnostic, DiagnosticSink, Span, TilecError, register_source
 
 if TYPE_CHECKING:
-    from .codegen.ascendc import AscendBackend
-    from .codegen.ascendc.build import Sources
+    from .codegen.common.backend import Backend, PartialBuild, Stage
     from .frontend.sema import Options as SemaOptions
 
-ALL_STAGES = ("ast", "ir", "opt", "kernel", "llvm", "obj", "gpu", "nvvm", "ptx", "cubin",
-              "ascendc", "project", "so")
-TARGETS = ("cpu", "ptx", "ascend", "ascend-sim")
+ENVIRONMENT = ("CC", "CXX", "ASCEND_HOME_PATH", "PATH")
+"""What a backend may read of the environment (passed to it in its :class:`Job`)."""
 
 
 @dataclass
@@ -52,7 +50,7 @@ class CompileOptions:
     time_passes: bool = False
     verify_each: bool = False             # verify the IR before the pipeline and after each pass
     debug_info: bool = False
-    arch: str = ""                        # "" = the target's default (cpu: x86-64-v3)
+    arch: str = ""                        # "" = the target's backend's default
     test_break: str = ""                  # a function whose library output is perturbed (tests)
 
     def sema(self) -> SemaOptions:
@@ -73,13 +71,12 @@ def print_module(module, debug_info: bool) -> str:
 
 
 def compile_text(text: str, file: str, options: CompileOptions, sink: DiagnosticSink) -> str:
-    """Run the pipeline up to ``options.emit`` and return that stage's text."""
+    """Run the shared stages up to ``options.emit`` (``ast ir opt kernel``) and return that
+    stage's text."""
     from .frontend.astprint import format_ast
     from .frontend.parser import parse
 
     emit = options.emit
-    if emit not in ALL_STAGES:
-        raise TilecError(f"unknown stage '{emit}'; expected one of " + ", ".join(ALL_STAGES))
     tree = parse(text, file)
     if (out := note_stage("ast", lambda: format_ast(tree), emit)) is not None:
         return out
@@ -97,39 +94,41 @@ def compile_text(text: str, file: str, options: CompileOptions, sink: Diagnostic
         if (out := note_stage("opt", printed, emit)) is not None:
             return out
         build_kernels(module, options, sink)
-        if (out := note_stage("kernel", printed, emit)) is not None:
-            return out
-        if emit == "llvm" and options.target == "cpu":
-            from .codegen.cpu import emit_llvm_ir
-            return note_stage("llvm", lambda: emit_llvm_ir(module, cpu_arch(options)), emit)
-        if emit in PTX_TEXT_STAGES and options.target == "ptx":
-            return ptx_backend(options).run(module, emit, note_stage)
-        if emit == "ascendc" and options.target in ASCEND_TARGETS:
-            backend = ascend_backend(options, sink)
-            return note_stage("ascendc", lambda: backend.kernel_file(
-                backend.kernels(module), name=Path(file).stem, source=file), emit)
-    raise TilecError(f"--emit={options.emit} is not implemented yet; this build of tilec stops "
-                     "at --emit=kernel")
+        return note_stage("kernel", printed, "kernel") or ""
 
 
-BINARY_STAGES = ("obj", "cubin", "so")
-PROJECT = "project"
-"""The stage whose output is a directory: the CMake project that builds an ascend library
-with CANN's CMake support (written without CANN)."""
-PTX_TEXT_STAGES = ("gpu", "nvvm", "llvm", "ptx")
-ASCEND_TARGETS = ("ascend", "ascend-sim")
+def backend(options: CompileOptions, sink: DiagnosticSink | None = None,
+            name: str = "", file: str = "") -> Backend:
+    """The backend of ``options.target`` with its checked options, for library ``name`` of
+    source ``file``."""
+    from .codegen.common.backend import Job
+    from .codegen.registry import backend_of
+
+    chosen = backend_of(options.target)
+    job = Job(name=name, source=file, test_break=options.test_break,
+              tools={k: os.environ.get(k) for k in ENVIRONMENT})
+    return chosen(chosen.make_options(options.target, options.arch), sink, job)
 
 
-def ptx_backend(options: CompileOptions):
-    """The PTX backend for ``options`` (``--arch``, default sm_90, checked)."""
-    from .codegen.ptx import Options, PtxBackend
-    return PtxBackend(Options(options.arch or "sm_90"))
+def compile_files(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
+                  name: str) -> dict[str, bytes]:
+    """Stage ``options.emit`` of ``text``: each file keyed by the suffix it takes beside the
+    output ("" for the output itself, ".h" for a library's header), or for a directory by its
+    relative path.  A text stage is ``{"": its text}``; ``name`` names a library (a text
+    stage quotes the source's stem instead)."""
+    from .codegen.common.backend import Output
+    from .codegen.registry import stage_of
+    from .dialect import make_context
 
-
-def ascend_backend(options: CompileOptions, sink: DiagnosticSink):
-    """The Ascend C backend for ``options`` (``--arch``, default dav-2201, checked)."""
-    from .codegen.ascendc import AscendBackend, Options
-    return AscendBackend(Options(options.target, options.arch or "dav-2201"), sink)
+    stage = stage_of(options.target, options.emit)
+    chosen = backend(options, sink, Path(file).stem if stage is None or stage.output is
+                     Output.TEXT else name, file)
+    if stage is None:
+        return {"": compile_text(text, file, options, sink).encode()}
+    with make_context():
+        module = kernel_module(text, file, options, sink)
+        value = chosen.run(module, stage.name, note_stage)
+    return {"": value.encode()} if stage.output is Output.TEXT else stage.files(value)
 
 
 def kernel_module(text: str, file: str, options: CompileOptions, sink: DiagnosticSink):
@@ -151,125 +150,12 @@ def kernel_module(text: str, file: str, options: CompileOptions, sink: Diagnosti
     return module
 
 
-def cpu_arch(options: CompileOptions) -> str:
-    """The ``--arch`` of a cpu build, checked (default x86-64-v3+v4)."""
-    from .codegen.cpu import BUILD_ARCHES, DEFAULT_ARCH
-    arch = options.arch or DEFAULT_ARCH
-    if arch not in BUILD_ARCHES:
-        raise TilecError(f"unknown --arch '{arch}' for --target cpu; expected one of "
-                         + ", ".join(BUILD_ARCHES))
-    return arch
-
-
-def compile_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
-                   name: str) -> dict[str, bytes]:
-    """Stage ``obj`` (the kernels' object file) or ``so`` (a shared library named ``name``
-    and its header): each file keyed by the suffix it takes beside the output ("" for the
-    output itself, ".h" for the header).  The C compiler is ``$CC``, else ``cc``."""
-    if options.target == "ptx":
-        return _ptx_binary(text, file, options, sink, name)
-    if options.target in ASCEND_TARGETS:
-        return _ascend_binary(text, file, options, sink, name)
-    if options.target != "cpu" or options.emit == "cubin":
-        raise TilecError(f"--emit={options.emit} is not implemented yet for --target "
-                         f"{options.target}")
-    arch = cpu_arch(options)
-    from .codegen.cpu import code_variants, compile_kernels
-    from .codegen.common.host import generate
-    from .codegen.common.link import link, relocatable
-    from .dialect import make_context
-
-    cc = os.environ.get("CC") or "cc"
-    with make_context():
-        module = kernel_module(text, file, options, sink)
-        host = generate(module, name=name, source=file, arch=arch,
-                        test_break=options.test_break, cpu_code=code_variants(arch))
-        kernels = compile_kernels(module, arch)
-    note_stage("llvm", lambda: kernels.llvm_ir)
-    if options.emit == "obj":
-        return {"": relocatable(kernels.objects, cc)}
-    library = link(host, kernels.objects, cc, f"{name}.so")
-    return {".h": host.header.encode(), "": library}
-
-
-def _ptx_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
-                name: str) -> dict[str, bytes]:
-    """``cubin``, or ``so``: the host C embedding the cubin and PTX, linked with the CUDA
-    launcher.  The ptxas report is the stage ``ptxas`` (what ``--verbose`` prints)."""
-    if options.emit == "obj":
-        raise TilecError("--emit=obj is for --target cpu; --target ptx emits cubin or so")
-    from .codegen.common.host import DeviceCode, generate
-    from .codegen.common.link import link
-    from .codegen.common.schedule import Kernel
-    from .dialect import make_context
-
-    backend = ptx_backend(options)
-    with make_context():
-        module = kernel_module(text, file, options, sink)
-        compiled = backend.run(module, "cubin", note_stage)
-        if options.emit == "cubin":
-            return {"": compiled.cubin}
-        kernels = {k.name: Kernel(i, k.name, len(k.inputs) + len(k.outputs), k.shared,
-                                  k.row_elements) for i, k in enumerate(compiled.kernels)}
-        host = generate(module, name=name, source=file, arch=backend.options.arch,
-                        device=DeviceCode(compiled.cubin, compiled.ptx, kernels))
-    library = link(host, None, os.environ.get("CC") or "cc", f"{name}.so")
-    return {".h": host.header.encode(), "": library}
-
-
-def _ascend_binary(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
-                   name: str) -> dict[str, bytes]:
-    """``so``: the Ascend C kernels, their launchers and the host C, built against the CPU
-    twin with ``$CC`` and ``$CXX`` (else ``cc``, ``c++``) for ascend-sim, or with CANN's
-    bisheng (looked for under ``$ASCEND_HOME_PATH``, then on ``PATH``) for ascend.  The
-    kernel file is the stage ``ascendc``."""
-    if options.emit != "so":
-        stages = "ascendc, project or so" if options.target == "ascend" else "ascendc or so"
-        raise TilecError(f"--emit={options.emit} is not a stage of --target {options.target}; "
-                         f"it emits {stages}")
-    from .codegen.ascendc import find_bisheng
-
-    backend, sources = _ascend_sources(text, file, options, sink, name)
-    bisheng, looked = find_bisheng(os.environ.get("ASCEND_HOME_PATH"), os.environ.get("PATH"))
-    library = backend.library(sources, cc=os.environ.get("CC") or "cc",
-                              cxx=os.environ.get("CXX") or "c++", bisheng=bisheng, looked=looked)
-    return {".h": sources.host.header.encode(), "": library}
-
-
-def compile_project(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
-                    name: str) -> dict[str, bytes]:
-    """Stage ``project`` of --target ascend: the CMake project that builds library ``name``
-    with CANN (relative path -> bytes; ``NAME.h`` is the library's header).  It needs no
-    CANN: nothing is compiled."""
-    if options.target != "ascend":
-        raise TilecError(f"--emit=project writes the CMake project of a CANN build: it is for "
-                         f"--target ascend, not --target {options.target}")
-    backend, sources = _ascend_sources(text, file, options, sink, name)
-    return backend.project(sources)
-
-
-def _ascend_sources(text: str, file: str, options: CompileOptions, sink: DiagnosticSink,
-                    name: str) -> tuple[AscendBackend, Sources]:
-    """The Ascend C backend of ``options`` and the sources of library ``name`` (their kernel
-    file is the stage ``ascendc``)."""
-    from .dialect import make_context
-
-    backend = ascend_backend(options, sink)
-    with make_context():
-        module = kernel_module(text, file, options, sink)
-        sources = backend.sources(module, name=name, source=file, test_break=options.test_break)
-    note_stage("ascendc", lambda: sources.kernels)
-    return backend, sources
-
-
-def write_project(output: str, missing) -> TilecError:
-    """``--target ascend`` without CANN: the project that ``missing`` (a
-    :class:`~tilec.codegen.ascendc.MissingToolchain`) carries, written beside ``output``; the
+def write_partial(output: str, partial: PartialBuild) -> TilecError:
+    """A build that could not finish here (:class:`~tilec.codegen.common.backend.PartialBuild`,
+    such as ``--target ascend`` without CANN): what it carries, written beside ``output``; the
     error that says so."""
-    from .codegen.ascendc import is_project
-
-    write_directory(str(missing.project_directory(output)), missing.files, is_project)
-    return TilecError(missing.explain(output))
+    write_directory(str(partial.directory(output)), partial.files, partial.replaceable)
+    return TilecError(partial.explain(output))
 
 
 @functools.lru_cache(maxsize=1)
@@ -306,36 +192,46 @@ def _dist_version(name: str) -> str:
         return "absent"
 
 
+class _Identify:
+    """How a backend names the version of a tool (:meth:`Backend.toolchain`)."""
+
+    command = staticmethod(tool_identity)
+    distribution = staticmethod(_dist_version)
+
+
 def toolchain(options: CompileOptions) -> dict[str, str]:
     """Every tool whose version decides the output of a compile with ``options``: tilec (its
     version and a digest of its sources, so an edit to tilec invalidates), the MLIR bindings,
-    llvmlite, the C (and for ascend-sim C++) compiler of a binary stage, ptxas and libdevice
-    (their wheels) for ptx, bisheng for an ascend library, and the host CPU for
-    ``--arch native``."""
+    llvmlite, the backend's options, and what the backend says its stage depends on (the C
+    compiler of a library, ptxas and libdevice, bisheng, the host CPU for ``--arch
+    native``...)."""
     from . import __version__
+    from .codegen.registry import stage_of
 
     tools = {"tilec": __version__, "tilec-sources": _compiler_digest(),
              "torch-mlir": _dist_version("torch-mlir"), "llvmlite": _dist_version("llvmlite")}
-    if options.emit in BINARY_STAGES:
-        tools["cc"] = tool_identity(os.environ.get("CC") or "cc")
-        if options.target == "ascend-sim":
-            tools["c++"] = tool_identity(os.environ.get("CXX") or "c++")
-    if options.target == "ptx":
-        tools["ptxas"] = _dist_version("nvidia-cuda-nvcc")
-        tools["libdevice"] = _dist_version("nvidia-nvvm")
-    if options.target == "ascend" and options.emit in BINARY_STAGES:
-        tools["bisheng"] = tool_identity("bisheng")
-    if options.arch == "native":
-        import llvmlite.binding as llvm
-        tools["host"] = llvm.get_host_cpu_name() + llvm.get_host_cpu_features().flatten()
+    chosen = backend(options)
+    tools["backend"] = chosen.options.hash()
+    stage = stage_of(options.target, options.emit)
+    if stage is not None:
+        tools.update(chosen.toolchain(stage, _Identify()))
     return tools
+
+
+def _library_stage(options: CompileOptions) -> Stage | None:
+    """The stage ``options.emit`` when its output is not text (None for a text stage)."""
+    from .codegen.common.backend import Output
+    from .codegen.registry import stage_of
+
+    stage = stage_of(options.target, options.emit)
+    return None if stage is None or stage.output is Output.TEXT else stage
 
 
 def cache_key(text: str, file: str, name: str, options: CompileOptions) -> str:
     """The content address of a compile: sha256 over the source text, the file name
     (diagnostics and a library's metadata quote it), a library's name (its header does),
     every option but :data:`REPORT_OPTIONS`, and :func:`toolchain`."""
-    library = name if options.emit in (*BINARY_STAGES, PROJECT) else ""
+    library = name if _library_stage(options) is not None else ""
     key = {"source": hashlib.sha256(text.encode()).hexdigest(), "file": file, "name": library,
            "options": {k: v for k, v in asdict(options).items() if k not in REPORT_OPTIONS},
            "toolchain": toolchain(options)}
@@ -362,7 +258,7 @@ def note_stage(stage: str, produce: Callable[[], str], emit: str = "") -> str | 
 class Build:
     """What :func:`build` produced."""
 
-    files: dict[str, bytes]    # as compile_binary's; a text stage is {"": its text}, a
+    files: dict[str, bytes]    # as compile_files's; a text stage is {"": its text}, a
                                # project {relative path: contents}
     stages: dict[str, str]     # the text of each stage the compile went through, when recorded
     output: Path | None        # the "" file inside the cache entry, when there is one
@@ -394,7 +290,9 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
                       meta["stages"].items()},
                      entry.path / outputs[""] if "" in outputs else None, key, hit=True)
     files, stages, warnings = _compile(text, file, options, sink, name, record=True)
-    outputs = {suffix: f"out/{PROJECT}/{suffix}" if options.emit == PROJECT
+    stage = _library_stage(options)
+    directory = stage is not None and stage.output.value == "directory"
+    outputs = {suffix: f"out/{options.emit}/{suffix}" if directory
                else f"out/{name}{suffix or '.' + options.emit}" for suffix in files}
     stage_paths = {stage: f"stages/{stage}.txt" for stage in stages}
     meta = {"file": file, "emit": options.emit, "target": options.target,
@@ -416,12 +314,7 @@ def _compile(text: str, file: str, options: CompileOptions, sink: DiagnosticSink
     log: dict[str, str] | None = {} if record else None
     token = _stage_log.set(log)
     try:
-        if options.emit in BINARY_STAGES:
-            files = compile_binary(text, file, options, sink, name)
-        elif options.emit == PROJECT:
-            files = compile_project(text, file, options, sink, name)
-        else:
-            files = {"": compile_text(text, file, options, sink).encode()}
+        files = compile_files(text, file, options, sink, name)
     finally:
         _stage_log.reset(token)
     return files, log or {}, sink.warnings[before:]
@@ -434,7 +327,7 @@ def write_stages(directory: str, name: str, stages: dict[str, str]) -> None:
 
 
 def write_outputs(path: str, files: dict[str, bytes]) -> None:
-    """Write each file of :func:`compile_binary` atomically beside ``path`` (its suffix
+    """Write each file of :func:`compile_files` atomically beside ``path`` (its suffix
     replacing the extension), ``path`` itself last."""
     for suffix, data in sorted(files.items(), key=lambda item: item[0] == ""):
         write_atomic(str(Path(path).with_suffix(suffix)) if suffix else path, data)
@@ -445,7 +338,9 @@ def build_kernels(module, options: CompileOptions, sink: DiagnosticSink) -> None
     target's description."""
     from .pipeline import parse_pipeline, run_pipeline
 
-    target = "ascend" if options.target == "ascend-sim" else options.target
+    from .codegen.registry import backend_of
+
+    target = backend_of(options.target).description.name
     run_pipeline(module, parse_pipeline(f"tile-kernel{{all=true target={target}}}"), sink)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 import tilec.passes  # noqa: F401  (registers the passes)
-from tilec.codegen.cpu import CpuObject, KernelSignature, compile_kernels
+from tilec.codegen.cpu.objects import CpuObject, KernelSignature, compile_kernels
 from tilec.dialect import params_of
 from tilec.dims import ELLIPSIS, parse_dim
 from tilec.frontend import compile_source

@@ -14,7 +14,7 @@ import pytest
 import tilec
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.cli import main
-from tilec.codegen.ascendc import find_bisheng
+from tilec.codegen.ascendc.build import find_bisheng
 from tilec.codegen.ascendc.kernel import KERNEL_ATTR, AscendKernel
 from tilec.diagnostics import DiagnosticSink, TilecError
 from tilec.dialect import make_context

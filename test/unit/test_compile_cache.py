@@ -39,18 +39,13 @@ def source(tmp_path: Path) -> Path:
 def compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The stages tilec really compiled (not served from the cache), in order."""
     done: list[str] = []
-    binary, text = driver.compile_binary, driver.compile_text
+    compile_files = driver.compile_files
 
-    def count_binary(text_, file, options, sink, name):
+    def count(text_, file, options, sink, name):
         done.append(options.emit)
-        return binary(text_, file, options, sink, name)
+        return compile_files(text_, file, options, sink, name)
 
-    def count_text(text_, file, options, sink):
-        done.append(options.emit)
-        return text(text_, file, options, sink)
-
-    monkeypatch.setattr(driver, "compile_binary", count_binary)
-    monkeypatch.setattr(driver, "compile_text", count_text)
+    monkeypatch.setattr(driver, "compile_files", count)
     return done
 
 

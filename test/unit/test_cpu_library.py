@@ -18,6 +18,7 @@ from conftest import EXAMPLE_NAMES, OPS
 
 import tilec
 from tilec.cli import main
+from tilec.codegen.cpu import CpuBackend
 from tilec.driver import CompileOptions
 from tilec.frontend import compile_source
 from tilec.harness.numerics import assert_close
@@ -211,7 +212,8 @@ def test_intermediates_share_memory_where_tile_reuse_says(programs) -> None:
 
     with make_context():
         module = kernel_module(PROGRAMS, "p.tile", CompileOptions(), DiagnosticSink())
-        source = generate(module, name="p", source="p.tile", arch="x86-64-v3").source
+        source = generate(module, name="p", source="p.tile", arch="x86-64-v3",
+                          target=CpuBackend.host).source
     chain = source[source.index("/* chain */"):]
     chain = chain[:chain.index("\n}\n")]
     # c, d and e are intermediates; e takes c's buffer (tile.reuse), so two buffers suffice
@@ -268,7 +270,7 @@ def test_the_generated_host_code_compiles_without_warnings(tmp_path: Path) -> No
         with make_context():
             module = kernel_module(text, "p.tile", options, DiagnosticSink())
             host = generate(module, name="p", source="p.tile", arch="x86-64-v3",
-                            test_break=broken)
+                            test_break=broken, target=CpuBackend.host)
         (tmp_path / "host.c").write_text(host.source)
         (tmp_path / "p.h").write_text(host.header)
         subprocess.run([CC, "-c", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME}",

@@ -25,7 +25,7 @@ from conftest import EXAMPLE_NAMES, OPS, REPO, SHARED_EXAMPLES
 
 import tilec
 import tilec.passes  # noqa: F401  (registers the passes)
-import tilec.codegen.ptx as ptx_backend
+import tilec.codegen.ptx.toolchain as ptx_toolchain
 from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
 from tilec.codegen.ptx.toolchain import SHARED_LIMIT, Ptxas, parse_report
 from tilec.diagnostics import DiagnosticSink, TilecError
@@ -47,7 +47,7 @@ def compiled(path: Path, arch: str) -> tuple[PtxKernels, frozenset[str]]:
         matmul = frozenset(ir.StringAttr(op.attributes["sym_name"]).value
                            for op in module.body.operations
                            if "tile.matmul" in str(op))
-        return PtxBackend(Options(arch)).run(module), matmul
+        return PtxBackend(Options(arch)).run(module, "cubin"), matmul
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -85,7 +85,7 @@ def compile_text(source: str, arch: str, defines: dict[str, int] | None = None) 
         module = kernel_module(source, "wide.tile",
                                CompileOptions(target="ptx", defines=defines or {}),
                                DiagnosticSink())
-        return PtxBackend(Options(arch)).run(module)
+        return PtxBackend(Options(arch)).run(module, "cubin")
 
 
 def wide_softmax(n: int) -> str:
@@ -216,7 +216,7 @@ def test_a_compile_that_fails_after_ptxas_started_leaves_no_process(monkeypatch)
     def broken(*args: object) -> None:
         raise RuntimeError("a lowering bug")
 
-    monkeypatch.setattr(ptx_backend, "to_llvm", broken)
+    monkeypatch.setattr(ptx_toolchain, "to_llvm", broken)
     with make_context(), pytest.raises(RuntimeError, match="a lowering bug"):
         PtxBackend(Options("sm_90")).run(_module(SCALE), "cubin")
     assert len(started) == 1 and started[0].returncode == -signal.SIGKILL

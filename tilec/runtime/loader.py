@@ -386,12 +386,14 @@ class Library:
                              f"this runtime reads format {METADATA_FORMAT}")
         self.cdll.tilec_last_error.restype = ctypes.c_char_p
         self.target: str = self.metadata.get("target", "cpu")
-        self.device = Device(self.cdll, self.last_error) if self.target == "ptx" else None
+        # a library whose buffers are device memory exports the helpers that move them
+        self.device = Device(self.cdll, self.last_error) \
+            if hasattr(self.cdll, "tilec_device_alloc") else None
         self.cpu_code: str | None = None
         """The code a cpu library's kernels run here: its ``--arch``, or with the default
         x86-64-v3+v4 the level this CPU has (``TILEC_CPU=x86-64-v3`` keeps x86-64-v3); None
         for other targets and for libraries of tilec versions without ``tilec_cpu_code``."""
-        code = getattr(self.cdll, "tilec_cpu_code", None) if self.target == "cpu" else None
+        code = getattr(self.cdll, "tilec_cpu_code", None)
         if code is not None:
             code.restype = ctypes.c_char_p
             self.cpu_code = code().decode()

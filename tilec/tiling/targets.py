@@ -43,8 +43,15 @@ TARGETS: dict[str, TargetDesc] = {
                       staged_ops=frozenset({"tile.reduce", "tile.softmax", "tile.matmul"}),
                       resident_levels=frozenset({"L1", "SHARED", "UB"})),
 }
-TARGETS["ascend-sim"] = TARGETS["ascend"]
 
 
 def target(name: str) -> TargetDesc:
     return TARGETS[name]
+
+
+def register(description: TargetDesc) -> None:
+    """Make ``description`` one that ``tile-kernel{target=NAME}`` tiles for (a backend's
+    own; :mod:`tilec.codegen.registry` registers each backend's)."""
+    known = TARGETS.setdefault(description.name, description)
+    if known != description:
+        raise ValueError(f"two target descriptions are named '{description.name}'")

@@ -25,6 +25,7 @@ from typing import Mapping
 
 from ...diagnostics import TilecError
 from ...runtime.ascend_twin import CXXFLAGS, RUNTIME_SOURCES
+from ..common.backend import PartialBuild
 from ..common.host import HostCode
 from ..common.link import RUNTIME, compile_in, library_flags, prepare
 from .source import TEMPLATES
@@ -146,7 +147,7 @@ def is_project(directory: Path) -> bool:
         return False
 
 
-class MissingToolchain(TilecError):
+class MissingToolchain(PartialBuild):
     """No CANN toolchain: ``files`` (relative path -> bytes) is the project that builds the
     library on a machine with one; :meth:`explain` says where it was written and how."""
 
@@ -157,12 +158,15 @@ class MissingToolchain(TilecError):
         self.looked = looked
         self.files = dict(files)
 
-    def project_directory(self, output: str) -> Path:
+    def directory(self, output: str) -> Path:
         """Where the project goes: ``NAME.ascend`` beside ``output``."""
         return Path(output).parent / f"{self.name}.ascend"
 
+    def replaceable(self, directory: Path) -> bool:
+        return is_project(directory)
+
     def explain(self, output: str) -> str:
-        directory = self.project_directory(output)
+        directory = self.directory(output)
         build = directory / "build"
         return (f"{self.message}; wrote the kernels, their launchers, the host code and a "
                 f"CMake project to {directory}/ instead.  To build {output} on a machine with "

@@ -31,6 +31,7 @@ from ...dialect import (DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR,
                         tensor_info)
 from ...dims import ELLIPSIS
 from ...mlir import ir
+from .backend import HostTarget
 from .schedule import (Impl, ImplBuilder, Kernel, Param, c_string, failure, functions_of,
                        strings, with_values)
 
@@ -323,16 +324,6 @@ class DeviceCode:
     cubin: bytes
     ptx: str
     kernels: dict[str, Kernel]
-    target: str = "ptx"
-
-    @property
-    def api(self) -> str:
-        """The prefix of the device API the host code calls (alloc, free, copy, launch)."""
-        return "tilec_cuda" if self.target == "ptx" else "tilec_ascend"
-
-
-DEVICE_EXPORTS = ("tilec_device_alloc", "tilec_device_free", "tilec_copy_to_device",
-                  "tilec_copy_to_host", "tilec_synchronize")
 
 
 def _byte_lines(data: bytes, width: int = 24) -> list[str]:
@@ -340,25 +331,23 @@ def _byte_lines(data: bytes, width: int = 24) -> list[str]:
             for i in range(0, len(data), width)]
 
 
-def generate(module: Any, *, name: str, source: str, arch: str, test_break: str = "",
-             device: DeviceCode | None = None, cpu_code: Sequence[Any] = ()) -> HostCode:
+def generate(module: Any, *, name: str, source: str, arch: str, target: HostTarget,
+             test_break: str = "", device: DeviceCode | None = None,
+             cpu_code: Sequence[Any] = ()) -> HostCode:
     """The host code of library ``name`` (the stem of ``name.so``/``name.h``) compiled from
-    ``source`` for ``arch``: a cpu library, or with ``device`` one of its target.  A cpu
+    ``source`` for ``arch`` and ``target``: kernels in the library, or those of ``device``.  A cpu
     library's kernels are compiled once per ``cpu_code`` (``cpu.CodeVariant``: the first runs
     unless the CPU has the x86-64 level of a later one).
     ``test_break`` names a function, or one of its template variants, whose first result's
     element 0 the code perturbs: the hook that proves verification fails (where outputs are
     host memory: cpu and ascend-sim)."""
-    target = "cpu" if device is None else device.target
     kernels = _kernels(module) if device is None else device.kernels
-    host_memory = target in ("cpu", "ascend-sim")
-    entries = _entries(module, kernels, test_break if host_memory else "",
-                       "" if device is None else device.api)
-    meta = metadata(entries, functions_of(module), source, arch, target)
+    entries = _entries(module, kernels, test_break if target.host_memory else "", target.api)
+    meta = metadata(entries, functions_of(module), source, arch, target.name)
     context = {
         "entries": entries, "kernels": list(kernels.values()), "version": __version__,
-        "source": source, "name": name, "arch": arch, "target": target,
-        "api": "" if device is None else device.api,
+        "source": source, "name": name, "arch": arch, "target": target.name,
+        "api": target.api,
         "guard": re.sub(r"\W", "_", name).upper(),
         "metadata_lines": [c_string(chunk) for chunk in textwrap.wrap(
             json.dumps(meta, sort_keys=True), 92, expand_tabs=False, replace_whitespace=False,
@@ -374,7 +363,6 @@ def generate(module: Any, *, name: str, source: str, arch: str, test_break: str 
     }
     exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_record_error",
                                              "tilec_metadata"]
-    exports += list(DEVICE_EXPORTS) if target == "ptx" else \
-        ["tilec_num_threads", "tilec_cpu_code"] if target == "cpu" else []
+    exports += target.exports
     return HostCode(TEMPLATES.get_template("host.c.j2").render(context),
                     TEMPLATES.get_template("header.h.j2").render(context), meta, exports)

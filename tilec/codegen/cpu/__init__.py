@@ -1,87 +1,92 @@
-"""The CPU backend: kernel-level tile IR -> an x86-64 object file of kernels.
+"""The CPU backend: kernel-level tile IR -> x86-64 kernels -> a shared library.
 
-In: a module whose ``func.func`` ops marked ``tile.kernel`` (target cpu) describe one row of a
-grid each.  Out: :class:`CpuObject`: the object file's bytes (PIC, to be linked into a shared
-library by the system C compiler), the kernels' C symbols with their argument types, and the
-optimised LLVM IR text (``--emit=llvm``).
+In: a module after ``tile-kernel{target=cpu}``: ``func.func`` ops marked ``tile.kernel`` (one
+row of a grid each) and the host schedules that call them.  Out, by stage: ``llvm`` (the
+optimised LLVM IR of every code variant, :mod:`.objects`), ``obj`` (the kernels' object file),
+``so`` (the kernels linked with the shared host C and the cpu runtime, and its header).
 
 Stages: :mod:`.kernel` (tile -> scf/arith/math/memref with the kernel ABI), :mod:`.llvm`
 (upstream lowering to the llvm dialect, translation, O3 with llvmlite, object emission).
+This module is light: the stages import them when they run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from ...mlir import ir
-from .kernel import KernelSignature, lower_kernels
-from .llvm import ARCHES, Machine, mlir_to_llvm_ir, optimise
-
-__all__ = ["ARCHES", "BUILD_ARCHES", "DEFAULT_ARCH", "CodeVariant", "CpuObject",
-           "KernelSignature", "code_variants", "compile_kernels", "emit_llvm_ir"]
+from ...tiling.targets import TARGETS
+from ..common.backend import Backend, BackendOptions, HostTarget, Output, Stage
 
 DEFAULT_ARCH = "x86-64-v3+v4"
 """The default ``--arch``: every kernel compiled twice, for x86-64-v3 (AVX2) and for x86-64-v4
 (AVX-512), the library running the latter where the CPU has AVX-512, as NumPy and PyTorch pick
 their kernels when they load: one library that runs on every x86-64-v3 CPU and at full width on
 the others.  It costs twice the LLVM time and twice the code."""
-BUILD_ARCHES = (DEFAULT_ARCH, *ARCHES)
-# the x86-64 level of each arch that names one, lowest first: the default build's codes
-LEVELS = {"x86-64-v3": 3, "x86-64-v4": 4}
+MACHINE_ARCHES = ("x86-64-v3", "x86-64-v4", "native")
+"""The arches one code variant is compiled for (:class:`.llvm.Machine`)."""
+BUILD_ARCHES = (DEFAULT_ARCH, *MACHINE_ARCHES)
+
+__all__ = ["BUILD_ARCHES", "DEFAULT_ARCH", "MACHINE_ARCHES", "CpuBackend"]
 
 
-@dataclass(frozen=True)
-class CodeVariant:
-    """One compilation of a library's kernels."""
-
-    arch: str        # a :class:`~.llvm.Machine` arch
-    suffix: str      # appended to each kernel's C symbol ("" for the code run by default)
-    level: int       # the x86-64 level the CPU needs to run it (0: the host's, not checked)
+class Options(BackendOptions):
+    arches = BUILD_ARCHES
 
 
-def code_variants(arch: str) -> tuple[CodeVariant, ...]:
-    """The compilations of a library built for ``arch``, the one run by default first (the
-    library runs a later one on a CPU of its level); each but the first has its arch, as a C
-    identifier, appended to the kernels' symbols."""
-    arches = tuple(LEVELS) if arch == DEFAULT_ARCH else (arch,)
-    return tuple(CodeVariant(a, "__" + a.replace("-", "_") if i else "", LEVELS.get(a, 0))
-                 for i, a in enumerate(arches))
+def _llvm_text(value: tuple[Any, list[tuple[str, Any, Any]]]) -> str:
+    return "\n".join(text for text, _, _ in value[1])
 
 
-@dataclass(frozen=True)
-class CpuObject:
-    """The compiled kernels of a module: an object file per :class:`CodeVariant`."""
+class CpuBackend(Backend):
+    """The stages of ``--target cpu`` (see the module docstring)."""
 
-    objects: tuple[bytes, ...]
-    kernels: tuple[KernelSignature, ...]
-    llvm_ir: str
+    name = "cpu"
+    targets = ("cpu",)
+    arches = BUILD_ARCHES
+    default_arch = DEFAULT_ARCH
+    arch_help = ("cpu: x86-64-v3+v4 (default: AVX2 code, and AVX-512 code run where the CPU "
+                 "has it), x86-64-v3, x86-64-v4 or native (tune for this machine)")
+    description = TARGETS["cpu"]
+    Options = Options
+    host = HostTarget("cpu", host_memory=True, exports=("tilec_num_threads", "tilec_cpu_code"))
+    stages = (
+        Stage("llvm", Output.TEXT, "kernel", "optimise", text=_llvm_text),
+        Stage("obj", Output.BINARY, "llvm", "object", suffix=".o"),
+        Stage("so", Output.LIBRARY, "llvm", "library", files=lambda files: files,
+              suffix=".so"),
+    )
 
+    def toolchain(self, stage: Stage, identify: Any) -> dict[str, str]:
+        tools = {}
+        if stage.output is not Output.TEXT:
+            tools["cc"] = identify.command(self.job.tool("CC", "cc"))
+        if self.options.arch == "native":
+            import llvmlite.binding as llvm
+            tools["host"] = llvm.get_host_cpu_name() + llvm.get_host_cpu_features().flatten()
+        return tools
 
-def _optimised(module: ir.Module, arch: str) -> tuple[list[KernelSignature],
-                                                     list[tuple[str, Any, Any]]]:
-    """The kernels of ``module`` and, per code variant of ``arch``, its optimised LLVM IR
-    text (under a comment naming its arch when there are several), module and target
-    machine.  The text is taken before code generation, whose preparation passes rewrite the
-    module."""
-    lowered, kernels = lower_kernels(module)
-    text = mlir_to_llvm_ir(lowered)
-    variants = code_variants(arch)
-    built = []
-    for variant in variants:
-        mod, tm = optimise(text, Machine(variant.arch), [k.c_symbol for k in kernels],
-                           variant.suffix)
-        label = f"; ---- {variant.arch} ----\n" if len(variants) > 1 else ""
-        built.append((label + str(mod), mod, tm))
-    return kernels, built
+    def optimise(self, module: Any) -> tuple[Any, list[tuple[str, Any, Any]]]:
+        """Stage ``llvm``: the kernels and, per code variant, its optimised LLVM IR."""
+        from .objects import optimised
+        return optimised(module, self.options.arch)
 
+    def _objects(self, value: tuple[Any, list[tuple[str, Any, Any]]]) -> list[bytes]:
+        return [tm.emit_object(mod) for _, mod, tm in value[1]]
 
-def compile_kernels(module: ir.Module, arch: str = DEFAULT_ARCH) -> CpuObject:
-    """Compile every cpu kernel of ``module`` for ``arch`` (one of :data:`BUILD_ARCHES`)."""
-    kernels, built = _optimised(module, arch)
-    return CpuObject(tuple(tm.emit_object(mod) for _, mod, tm in built), tuple(kernels),
-                     "\n".join(text for text, _, _ in built))
+    def object(self, value: tuple[Any, list[tuple[str, Any, Any]]]) -> bytes:
+        """Stage ``obj``: one relocatable object holding every code variant's kernels."""
+        from ..common.link import relocatable
+        return relocatable(self._objects(value), self.job.tool("CC", "cc"))
 
+    def library(self, value: tuple[Any, list[tuple[str, Any, Any]]]) -> dict[str, bytes]:
+        """Stage ``so``: the kernels linked with the host C; the header beside it."""
+        from ..common.host import generate
+        from ..common.link import link
+        from .objects import code_variants
 
-def emit_llvm_ir(module: ir.Module, arch: str = DEFAULT_ARCH) -> str:
-    """The optimised LLVM IR of every cpu kernel of ``module``, code variant by variant."""
-    return "\n".join(text for text, _, _ in _optimised(module, arch)[1])
+        job = self.job
+        host = generate(self.module, name=job.name, source=job.source, arch=self.options.arch,
+                        test_break=job.test_break, cpu_code=code_variants(self.options.arch),
+                        target=self.host)
+        library = link(host, self._objects(value), job.tool("CC", "cc"), f"{job.name}.so")
+        return {".h": host.header.encode(), "": library}
+

@@ -17,11 +17,11 @@ import llvmlite.binding as llvm
 
 from ...mlir import ir, passmanager, translate_module_to_llvmir
 from ..common.llvm_text import to_llvm22_text
+from . import MACHINE_ARCHES as ARCHES
 
 __all__ = ["ARCHES", "Machine", "mlir_to_llvm_ir", "optimise", "to_llvm22_text"]
 
 TRIPLE = "x86_64-unknown-linux-gnu"
-ARCHES = ("x86-64-v3", "x86-64-v4", "native")
 # LLVM tunes x86-64-v4 and most AVX-512 CPUs to vectorise 256 bits wide (older ones lower their
 # clock for 512-bit instructions); x86-64-v4 and native ask for the full width, with which a
 # kernel's long row loops need half the instructions (float16 softmax and GELU at 4096 x 4096

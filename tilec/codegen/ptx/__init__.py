@@ -2,48 +2,37 @@
 
 In: a module whose ``func.func`` ops marked ``tile.kernel`` (target ptx) describe one row of a
 grid each.  Out: :class:`PtxBackend` runs the stages in order, each keyed by the name
-``--emit`` gives it (``gpu``, ``nvvm``, ``llvm``, ``ptx``, ``cubin``), and stops at any of
-them; :class:`PtxKernels` is the end of the line: cubin, PTX, the ptxas report and each
-kernel's launch description for the host.
+``--emit`` gives it (``gpu``, ``nvvm``, ``llvm``, ``ptx``, ``cubin``, ``so``), and stops at any
+of them; :class:`PtxKernels` is the value of ``cubin``: cubin, PTX, the ptxas report and each
+kernel's launch description for the host; ``so`` embeds them in the shared host C, linked
+with the CUDA launcher.
 
 A kernel whose dynamic shared memory is known at compile time and exceeds the arch's per-block
 limit is a located error naming the function, its buffers, the bytes and the limit.
+This module is light: the stages import the lowering and the toolchain when they run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
-from ...diagnostics import TilecError
-from ...dialect.locations import span_of
-from ...mlir import ir
-from .kernel import GpuKernel, is_ptx_kernel, lower_kernels
-from .toolchain import (ARCHES, SHARED_LIMIT, KernelReport, Ptxas, parse_report, to_llvm,
-                        to_nvvm, to_ptx)
+from ...tiling.targets import TARGETS
+from ..common.backend import Backend, BackendOptions, HostTarget, Output, Stage
 
-__all__ = ["ARCHES", "GpuKernel", "KernelReport", "Options", "PtxBackend", "PtxKernels"]
-STAGES = ("gpu", "nvvm", "llvm", "ptx", "cubin")
-Note = Callable[[str, Callable[[], str], str], Optional[str]]
-"""``note(stage, produce, stop)``: record a stage's text; the text when ``stage`` is ``stop``."""
-
-
-def _ignore(stage: str, produce: Callable[[], str], stop: str) -> Optional[str]:
-    return produce() if stage == stop else None
+__all__ = ["ARCHES", "Options", "PtxBackend", "PtxKernels"]
+ARCHES = ("sm_80", "sm_90", "sm_90a")
+DEVICE_EXPORTS = ("tilec_device_alloc", "tilec_device_free", "tilec_copy_to_device",
+                  "tilec_copy_to_host", "tilec_synchronize")
+"""What a ptx library exports for callers without CUDA bindings (the Python runtime)."""
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(BackendOptions):
     """What changes the code: the GPU architecture."""
 
     arch: str = "sm_90"
-
-    def __post_init__(self) -> None:
-        if self.arch not in ARCHES:
-            raise TilecError(f"unknown --arch '{self.arch}' for --target ptx; expected one of "
-                             + ", ".join(ARCHES))
-
-    def hash(self) -> str:
-        return f"ptx:{self.arch}"
+    target: str = "ptx"
+    arches = ARCHES
 
 
 @dataclass(frozen=True)
@@ -53,56 +42,95 @@ class PtxKernels:
     cubin: bytes
     ptx: str
     report: str                          # ptxas -v
-    kernels: tuple[GpuKernel, ...]
+    kernels: tuple[Any, ...]             # .kernel.GpuKernel
 
-    def reports(self) -> list[KernelReport]:
+    def reports(self) -> list[Any]:
+        from .toolchain import parse_report
         return parse_report(self.report)
 
 
-class PtxBackend:
-    """One module's way through the stages (see the module docstring)."""
+class PtxBackend(Backend):
+    """The stages of ``--target ptx`` (see the module docstring)."""
 
     name = "ptx"
+    targets = ("ptx",)
+    arches = ARCHES
+    default_arch = "sm_90"
+    arch_help = "ptx: sm_80, sm_90 (default), sm_90a"
+    description = TARGETS["ptx"]
+    Options = Options
+    host = HostTarget("ptx", host_memory=False, api="tilec_cuda", exports=DEVICE_EXPORTS)
+    stages = (
+        Stage("gpu", Output.TEXT, "kernel", "lower", text=lambda v: str(v[0])),
+        Stage("nvvm", Output.TEXT, "gpu", "nvvm", text=lambda v: str(v[0])),
+        Stage("llvm", Output.TEXT, "nvvm", "llvm", text=lambda v: str(v[0])),
+        Stage("ptx", Output.TEXT, "llvm", "ptx", text=lambda v: v[0]),
+        Stage("cubin", Output.BINARY, "ptx", "cubin", files=lambda v: {"": v.cubin},
+              suffix=".o"),
+        Stage("so", Output.LIBRARY, "cubin", "library", files=lambda files: files,
+              suffix=".so"),
+    )
 
-    def __init__(self, options: Options) -> None:
-        self.options = options
+    def toolchain(self, stage: Stage, identify: Any) -> dict[str, str]:
+        tools = {"ptxas": identify.distribution("nvidia-cuda-nvcc"),
+                 "libdevice": identify.distribution("nvidia-nvvm")}
+        if stage.output is Output.LIBRARY:
+            tools["cc"] = identify.command(self.job.tool("CC", "cc"))
+        return tools
 
-    def run(self, module: ir.Module, stop: str = "cubin", note: Note = _ignore) -> Any:
-        """The text of stage ``stop`` (``gpu``, ``nvvm``, ``llvm``, ``ptx``), or for
-        ``cubin`` the :class:`PtxKernels`; each stage's text (and ptxas's report as stage
-        ``ptxas``) goes to ``note(stage, produce)`` on the way."""
+    def lower(self, module: Any) -> tuple[Any, list[Any]]:
+        """Stage ``gpu``: the kernels as a gpu.module, checked against the arch's shared
+        memory."""
+        from .kernel import check_shared, lower_kernels
+        from .toolchain import SHARED_LIMIT
+
         arch = self.options.arch
         lowered, kernels = lower_kernels(module)
-        _check_shared(module, kernels, SHARED_LIMIT[arch], arch)
-        if (text := note("gpu", lambda: str(lowered), stop)) is not None:
-            return text
-        with Ptxas(arch) as ptxas:
-            if stop == "cubin":
-                ptxas.start()          # it starts up while the stages below make its PTX
-            to_nvvm(lowered)
-            if (text := note("nvvm", lambda: str(lowered), stop)) is not None:
-                return text
-            llvm_module = to_llvm(lowered, arch, [k.name for k in kernels])
-            if (text := note("llvm", lambda: str(llvm_module), stop)) is not None:
-                return text
-            ptx = to_ptx(llvm_module, arch)
-            if (text := note("ptx", lambda: ptx, stop)) is not None:
-                return text
-            cubin, report = ptxas.assemble(ptx)
-        note("ptxas", lambda: report, stop)
+        check_shared(module, kernels, SHARED_LIMIT[arch], arch)
+        return lowered, kernels
+
+    def nvvm(self, value: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+        """Stage ``nvvm``; a build that goes on to the cubin starts ptxas here, so that its
+        start-up overlaps the lowering."""
+        from . import toolchain
+
+        self.ptxas = self.resources.enter_context(toolchain.Ptxas(self.options.arch))
+        if self.stop in ("cubin", "so"):
+            self.ptxas.start()
+        toolchain.to_nvvm(value[0])
+        return value
+
+    def llvm(self, value: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+        """Stage ``llvm``: the kernels' LLVM IR with the libdevice functions they call."""
+        from . import toolchain
+        return toolchain.to_llvm(value[0], self.options.arch, [k.name for k in value[1]]), \
+            value[1]
+
+    def ptx(self, value: tuple[Any, list[Any]]) -> tuple[str, list[Any]]:
+        from . import toolchain
+        return toolchain.to_ptx(value[0], self.options.arch), value[1]
+
+    def cubin(self, value: tuple[str, list[Any]]) -> PtxKernels:
+        """Stage ``cubin``; ptxas's report is the stage ``ptxas`` (what ``--verbose``
+        prints)."""
+        ptx, kernels = value
+        cubin, report = self.ptxas.assemble(ptx)
+        self.note("ptxas", lambda: report, self.stop)
         return PtxKernels(cubin, ptx, report, tuple(kernels))
 
+    def library(self, compiled: PtxKernels) -> dict[str, bytes]:
+        """Stage ``so``: the host C embedding the cubin and the PTX, linked with the CUDA
+        launcher; the header beside it."""
+        from ..common.host import DeviceCode, generate
+        from ..common.link import link
+        from ..common.schedule import Kernel
 
-def _check_shared(module: ir.Module, kernels: list[GpuKernel], limit: int, arch: str) -> None:
-    functions: dict[str, Any] = {ir.StringAttr(op.attributes["sym_name"]).value: op
-                                 for op in module.body.operations if is_ptx_kernel(op)}
-    for kernel in kernels:
-        need = kernel.shared.value
-        if need is None or need + kernel.static_shared <= limit:
-            continue
-        listing = ", ".join(f"{b.name} {b.bytes} B" for b in kernel.buffers)
-        raise TilecError(
-            f"kernel '{kernel.name}' needs {need + kernel.static_shared} bytes of shared memory "
-            f"per block ({listing}, reduction slots {kernel.static_shared} B, 16-byte "
-            f"alignment), more than the {limit} bytes of {arch}",
-            span_of(functions[kernel.name].location))
+        job = self.job
+        kernels = {k.name: Kernel(i, k.name, len(k.inputs) + len(k.outputs), k.shared,
+                                  k.row_elements) for i, k in enumerate(compiled.kernels)}
+        host = generate(self.module, name=job.name, source=job.source, arch=self.options.arch,
+                        target=self.host,
+                        device=DeviceCode(compiled.cubin, compiled.ptx, kernels))
+        library = link(host, None, job.tool("CC", "cc"), f"{job.name}.so")
+        return {".h": host.header.encode(), "": library}
+

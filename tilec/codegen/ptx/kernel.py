@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from ...diagnostics import TilecError
+from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import gpu, ir, llvm
@@ -667,3 +669,19 @@ def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
         kernels = [_Lowering(op).build(body) for op in module.body.operations
                    if is_ptx_kernel(op)]
     return out, kernels
+
+
+def check_shared(module: ir.Module, kernels: list[GpuKernel], limit: int, arch: str) -> None:
+    """A located error for a kernel that needs more shared memory than ``arch`` has."""
+    functions: dict[str, Any] = {ir.StringAttr(op.attributes["sym_name"]).value: op
+                                 for op in module.body.operations if is_ptx_kernel(op)}
+    for kernel in kernels:
+        need = kernel.shared.value
+        if need is None or need + kernel.static_shared <= limit:
+            continue
+        listing = ", ".join(f"{b.name} {b.bytes} B" for b in kernel.buffers)
+        raise TilecError(
+            f"kernel '{kernel.name}' needs {need + kernel.static_shared} bytes of shared memory "
+            f"per block ({listing}, reduction slots {kernel.static_shared} B, 16-byte "
+            f"alignment), more than the {limit} bytes of {arch}",
+            span_of(functions[kernel.name].location))

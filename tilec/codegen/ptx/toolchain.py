@@ -31,10 +31,10 @@ import llvmlite.binding as llvm
 from ...diagnostics import TilecError
 from ...mlir import ir, passmanager, translate_module_to_llvmir
 from ..common.llvm_text import to_llvm22_text
+from . import ARCHES
 
 TRIPLE = "nvptx64-nvidia-cuda"
 PTX_FEATURES = "+ptx80"
-ARCHES = ("sm_80", "sm_90", "sm_90a")
 LIBDEVICE_PREFIX = "__nv_"
 # Dynamic shared memory one block may use (the opt-in maximum): 163 KiB on sm_80, 227 on sm_90.
 SHARED_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024, "sm_90a": 227 * 1024}

@@ -1,0 +1,1 @@
+"""What every backend shares: the backend interface, host code, linking, row lowering."""
