@@ -49,7 +49,7 @@ from ..common.layout import grid_dim, shape_of
 from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
                            argument_storage, grid_point, kernel_target, narrow,
                            next_grid_point, reduced_sizes, round_to, spread, widen)
-from ..common.scalar import (Num, bitcast, const, f32, fabs, i32, i64, index, multiply_add,
+from ..common.scalar import (Num, bitcast, const, f32, fabs, i16, i32, i64, index, multiply_add,
                              select, sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, numel, reindex, row_major)
@@ -106,8 +106,20 @@ class _RowOut:
     streams: Optional[Num] = None
 
 
+# bfloat16 buffers hold i16 here: given bfloat values, LLVM folds the NaN select of the
+# rounding into a select of bfloat, which the x86 back end computes in float32 and narrows
+# with a call of __truncsfbf2 (libgcc's, which a library does not link)
+CPU_STORAGE = {**STORAGE, "bfloat16": i16}
+
+
 def _memref(storage: str) -> ir.Type:
-    return ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], STORAGE[storage]())
+    return ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], CPU_STORAGE[storage]())
+
+
+def _stored(value: Num, storage: str) -> Num:
+    """``value`` (in registers) as an element of a ``storage`` buffer of this backend."""
+    element = narrow(value, storage)
+    return bitcast(element, i16()) if storage == "bfloat16" else element
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -465,7 +477,7 @@ class _Kernel(RowLowering):
         return Num(memref.load(view.buffer, [self.address(view, ivs).value]))
 
     def store(self, value: Num, dest: View, ivs: Sequence[Num]) -> None:
-        memref.store(narrow(value, dest.storage).value, dest.buffer,
+        memref.store(_stored(value, dest.storage).value, dest.buffer,
                      [self.address(dest, ivs).value])
 
     def write(self, x: Lazy, dest: View) -> None:
@@ -594,7 +606,7 @@ class _Kernel(RowLowering):
         lowest = -(1 << (bits.width - 1))
         top = self.fold(x.sizes, const(bits, lowest), lambda ivs, acc: acc.maximum(
             _ordered_bits(bitcast(self.read(source, ivs), bits))))
-        value = widen(bitcast(_ordered_bits(top), STORAGE[source.storage]()), source.storage)
+        value = widen(bitcast(_ordered_bits(top), CPU_STORAGE[source.storage]()), source.storage)
         for cast in reversed(casts):
             value = self.apply("cast", [value], cast.dtype, cast.operands[0].dtype)
         return Splat(value, reduced_sizes(x.sizes, [axis], True), x.dtype)
