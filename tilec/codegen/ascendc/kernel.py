@@ -240,6 +240,8 @@ class _Lowering(Reducer, LayoutOps):
         view = self.global_row(op, self.gm_in[index], self.k.inputs[index])
         if view.sizes:
             return view
+        if self.flat and isinstance(view.base, Base) and view.base.terms:
+            raise NotFlat    # one element per row: a chunk of flattened rows needs many
         return Splat(self.read_scalar(self.body, view.buffer, self.address(view, [])), (),
                      view.dtype)
 
