@@ -7,8 +7,8 @@ host-side schedule: checks, kernel calls, return), whose body describes ONE row 
 kernel's grid (see :mod:`tilec.tiling.rows`):
 
     func.func private @swiglu__fused0(%arg0: tensor<?x?x?xf16, [...]>) -> tensor<...>
-        attributes {tile.kernel = {grid = ["batch", "seq"], tile_rows = 0 : i64,
-                                   row_bytes = "6*hidden", local_bytes = 262144 : i64, ...}}
+        attributes {tile.kernel = {grid = ["batch", "seq"], schedule = "rows", tile_rows = 0,
+                                   row_bytes = "6*hidden", whole_bytes = "0", ...}}
       %0 = "tile.load_row"(%arg0) {axes = array<i64: 0, 1>, space = "local", depth = 1}
       ... the group's ops on rows, each with tile.space = "local" | "register" ...
       %9 = "tile.store_row"(%8) {axes = array<i64: 0, 1>, space = "local", depth = 1}
@@ -17,11 +17,12 @@ kernel's grid (see :mod:`tilec.tiling.rows`):
 Per target description (option ``target=cpu|ascend|ptx``): every row buffer's memory space
 (``local``; ``global`` for an input or output row the target reads or writes where it is,
 ``register`` for a value it keeps in registers), the queue depth (2 = double buffering where
-the target overlaps copies with compute), the bytes of local memory one row needs (a dimension
-polynomial, padded to the target's alignment per buffer) and
-``tile_rows``, the rows per tile: fixed when the row size is known at compile time, else 0
-(chosen at run time from ``local_bytes``).  A row that cannot fit the local memory at all is a
-located error naming the function, its buffers and the numbers.
+the target overlaps copies with compute), and the kernel's tile parameters
+(:class:`tilec.tiling.tiler.TileParams`: the schedule, the bytes of local memory one row
+needs as a dimension polynomial padded to the target's alignment per buffer, the rows per
+tile, whether a row streams through local memory in chunks).  Only buffers that the target
+holds whole can exceed its local memory; that is a located error naming the function, its
+buffers and the numbers (see :mod:`tilec.tiling.tiler` for what that is).
 """
 from __future__ import annotations
 
@@ -30,17 +31,17 @@ from typing import Any
 from ..diagnostics import TilecError
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
-from ..dialect.types import TensorInfo, tensor_info
-from ..dims import ELLIPSIS, Dim
+from ..dialect.types import tensor_info
+from ..dims import ELLIPSIS
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
+from ..tiling.tiler import Buffer, plan_row_tiles
 from .tile_cache_hint import INPUT_HINTS_ATTR
 
 FUSED_ATTR = "tile.fused"
 KERNEL_ATTR = "tile.kernel"
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -93,21 +94,6 @@ def _arg_name(fn: Any, i: int) -> str:
     return f"in{i}"
 
 
-def _bytes_of(info: TensorInfo, align: int) -> Dim:
-    """Bytes of one row buffer: elements * element size, rounded up to ``align`` when the
-    size is known (symbolic sizes are assumed padded by the backend)."""
-    n = Dim.const(1)
-    for d in info.shape:
-        if d == ELLIPSIS:
-            n = n * Dim.sym("lead")
-        else:
-            n = n * d
-    nbytes = n * ELEMENT_BYTES[info.dtype]
-    if nbytes.value is not None:
-        return Dim.const(-(-nbytes.value // align) * align)
-    return nbytes
-
-
 def _hint_levels(fn: Any) -> dict[int, str]:
     """Argument number -> the level of its ``cache_hint``, for the hinted inputs of a group."""
     if FUSED_ATTR not in fn.attributes:
@@ -136,7 +122,7 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
     depth = 2 if target.double_buffer else 1
     levels = _hint_levels(fn)
     new: dict[Any, Any] = {}
-    buffers: list[tuple[str, TensorInfo, int]] = []   # (name, row type, copies)
+    buffers: list[Buffer] = []
     ops = [op for op in block.operations if op.operation.name != "func.return"]
     with fn.location, ir.InsertionPoint.at_block_begin(block):
         for i, arg in enumerate(block.arguments):
@@ -152,7 +138,7 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                             "depth": _i64(depth)})
             new[arg] = load.result
             if staged:
-                buffers.append((_arg_name(fn, i), tensor_info(load.result.type), depth))
+                buffers.append(Buffer(_arg_name(fn, i), tensor_info(load.result.type), depth))
         for op in ops:
             res = op.results[0] if op.results else None
             results = [plan.row_type(res)] if res is not None else []
@@ -166,8 +152,8 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                 clone.attributes["tile.space"] = ir.StringAttr.get(space)
                 new[res] = clone.result
                 if space == "local":
-                    buffers.append((f"{op.operation.name[len('tile.'):]}#{len(buffers)}",
-                                    row, 1))
+                    buffers.append(Buffer(f"{op.operation.name[len('tile.'):]}#{len(buffers)}",
+                                          row, 1))
         outs = []
         for k, v in enumerate(ret.operands):
             axes = plan.axes(v)
@@ -181,7 +167,7 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                             "depth": _i64(depth)},
                 loc=ret.location)
             if target.staged_io:
-                buffers.append((f"out{k}", tensor_info(new[v].type), depth))
+                buffers.append(Buffer(f"out{k}", tensor_info(new[v].type), depth))
             outs.append(store.result)
         ir.Operation.create("func.return", operands=outs, loc=ret.location)
     ret.erase()
@@ -204,28 +190,14 @@ def _symbols(fn: Any) -> list[str]:
     return sorted(found)
 
 
-def _annotate(fn: Any, plan: RowPlan, buffers: list[tuple[str, TensorInfo, int]],
-              target: TargetDesc) -> None:
-    row_bytes = Dim.const(0)
-    for _, info, copies in buffers:
-        row_bytes = row_bytes + _bytes_of(info, target.alignment) * copies
+def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc) -> None:
     name = ir.StringAttr(fn.attributes["sym_name"]).value
-    tile_rows = 0
-    if row_bytes.value is not None:
-        if row_bytes.value > target.local_bytes:
-            listing = ", ".join(f"{b} {_bytes_of(i, target.alignment)} B x{c}"
-                                for b, i, c in buffers)
-            raise TilecError(f"kernel '{name}' needs {row_bytes.value} bytes of local memory for "
-                             f"one row, more than the {target.local_bytes} bytes of {target.name}"
-                             f" ({listing})", span_of(fn.location))
-        tile_rows = max(1, min(target.max_tile_rows, target.local_bytes // max(row_bytes.value, 1)))
+    params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target)
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
         "target": ir.StringAttr.get(target.name),
-        "grid": _strs(plan.grid),
         "symbols": _strs(_symbols(fn)),
-        "row_bytes": ir.StringAttr.get(str(row_bytes)),
         "local_bytes": _i64(target.local_bytes),
-        "tile_rows": _i64(tile_rows),
+        **params.attributes(),
     })
 
 

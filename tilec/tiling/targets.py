@@ -23,6 +23,9 @@ class TargetDesc:
     # without staged_io: the cache_hint levels at which an input row that the next rows reuse
     # is kept in local memory all the same
     resident_levels: frozenset[str] = frozenset()
+    # the backend streams every row buffer through local memory in chunks (else it holds
+    # them whole, and they must fit)
+    streams_rows: bool = True
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -41,7 +44,7 @@ TARGETS: dict[str, TargetDesc] = {
     "ptx": TargetDesc("ptx", cores=132, vector_bytes=16, local_bytes=227 * 1024, alignment=16,
                       double_buffer=False, staged_io=False,
                       staged_ops=frozenset({"tile.reduce", "tile.softmax", "tile.matmul"}),
-                      resident_levels=frozenset({"L1", "SHARED", "UB"})),
+                      resident_levels=frozenset({"L1", "SHARED", "UB"}), streams_rows=False),
 }
 
 
