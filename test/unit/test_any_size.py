@@ -3,6 +3,9 @@ reproducers found by random programs, each on ``cpu``, ``cpu -O0`` and ``ascend-
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 from typing import Any
 
 import ml_dtypes
@@ -137,3 +140,71 @@ def test_the_tile_parameters_read_back_from_the_kernel_attribute() -> None:
         params = TileParams.of(ir.DictAttr(fn.attributes["tile.kernel"]))
     assert params == TileParams("rows", (), Dim.const(2 * 4096 * 4096 * 4 + 3 * 4096 * 4),
                                 Dim.const(0), 1, True)
+
+
+TRANSPOSES = """
+func t32(x: Tensor<float32>[n, m]) -> Tensor<float32>[m, n] {
+  return transpose(x, [1, 0]);
+}
+func t16(x: Tensor<float16>[n, m]) -> Tensor<float16>[m, n] {
+  return transpose(x, [1, 0]) * 2.0;
+}
+func t3(x: Tensor<float32>[b, n, m]) -> Tensor<float32>[b, m, n] {
+  return transpose(x, [0, 2, 1]);
+}
+"""
+
+
+@pytest.mark.parametrize("target,opt", CONFIGS)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (17, 33), (300, 129), (64, 1000)])
+def test_transposes_walked_in_blocks_are_exact(target: str, opt: int, shape) -> None:
+    """The CPU walks these in 16 x 64 blocks: every size around and across a block."""
+    rng = np.random.default_rng(sum(shape))
+    lib = tilec.compile_string(TRANSPOSES, "t.tile", target=target, opt_level=opt)
+    x = rng.standard_normal(shape).astype(np.float32)
+    assert np.array_equal(lib.t32(x), x.T)
+    h = x.astype(np.float16)
+    assert np.array_equal(lib.t16(h), h.T * np.float16(2))
+    x3 = rng.standard_normal((3, *shape)).astype(np.float32)
+    assert np.array_equal(lib.t3(x3), x3.transpose(0, 2, 1))
+
+
+REDUCTIONS = """
+func colsum(x: Tensor<float32>[n, d]) -> Tensor<float32>[d] {
+  return reduce_sum(x, axes=[0], keepdims=false);
+}
+func rowstats(x: Tensor<float32>[n, d]) -> (Tensor<float32>[n, 1], Tensor<float32>[n, d]) {
+  return (reduce_var(x, axes=[-1]), softmax(x, axis=-1));
+}
+func total(x: Tensor<float32>[n, d]) -> float32 {
+  return reduce_sum(x, axes=[0, 1], keepdims=false);
+}
+func tr(x: Tensor<float32>[n, d]) -> Tensor<float32>[d, n] {
+  return transpose(x, [1, 0]);
+}
+"""
+_RUN_WITH_THREADS = """
+import sys, numpy as np, tilec
+lib = tilec.load(sys.argv[1])
+x = np.random.default_rng(8).standard_normal((2048, 1537)).astype(np.float32)
+var, soft = lib.rowstats(x)
+np.savez(sys.argv[2], colsum=lib.colsum(x), var=var, soft=soft, total=lib.total(x), tr=lib.tr(x))
+"""
+
+
+def test_one_thread_and_all_threads_give_identical_bits(tmp_path) -> None:
+    """Reductions over leading and trailing axes, and a blocked transpose: every element is
+    computed by one row of the grid in a fixed order, whichever thread runs it."""
+    source = tmp_path / "r.tile"
+    source.write_text(REDUCTIONS)
+    lib = tmp_path / "r.so"
+    assert main([str(source), "-o", str(lib), "--no-cache"]) == 0
+    results = {}
+    for threads in ("1", "4"):
+        out = tmp_path / f"{threads}.npz"
+        env = {**os.environ, "TILEC_NUM_THREADS": threads}
+        subprocess.run([sys.executable, "-c", _RUN_WITH_THREADS, str(lib), str(out)],
+                       env=env, check=True)
+        results[threads] = np.load(out)
+    for name in ("colsum", "var", "soft", "total", "tr"):
+        assert results["1"][name].tobytes() == results["4"][name].tobytes(), name

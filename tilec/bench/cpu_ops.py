@@ -1,8 +1,8 @@
 """tilec's CPU kernels against NumPy, PyTorch eager and torch.compile, in one process.
 
 In: the operators of ``tilec/bench/ops/*.tile`` (swiglu, rmsnorm, layernorm, softmax, rope, gelu,
-each as ``OP_f32`` and ``OP_f16``) and the same computations written for each peer.  Out: one
-markdown table on stdout (and in ``-o FILE``; a full run of a source checkout writes
+transpose, each as ``OP_f32`` and ``OP_f16``) and the same computations written for each
+peer.  Out: one markdown table on stdout (and in ``-o FILE``; a full run of a source checkout writes
 ``bench/results/cpu-DATE.md`` there, of an installed tilec ``cpu-DATE.md`` here): per
 operator, dtype and output mode the median time of each implementation, tilec's GB/s (bytes an
 ideal kernel reads and writes) and its fraction of a copy's bandwidth (``np.copyto`` moving
@@ -53,7 +53,7 @@ BENCH = Path(__file__).resolve().parent
 # results go to its bench/results, its commit into the report
 CHECKOUT = Path(tilec.__file__).resolve().parent.parent
 CHECKOUT = CHECKOUT if (CHECKOUT / "bench" / "results").is_dir() else None
-OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
+OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu", "transpose")
 DTYPES = {"float32": np.float32, "float16": np.float16}
 SUFFIX = {"float32": "f32", "float16": "f16"}
 HEAD_DIM = 128               # rope: hidden = heads * HEAD_DIM
@@ -158,6 +158,8 @@ def numpy_fresh(op: str, a: Sequence[np.ndarray]) -> Any:
         c, s = freqs[:, None, :half], freqs[:, None, half:]
         q1, q2 = q[..., :half], q[..., half:]
         return np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
+    if op == "transpose":
+        return np.ascontiguousarray(a[0].T)
     return a[0] * 0.5 * (1.0 + _erf()(a[0] * SQRT_HALF))
 
 
@@ -208,6 +210,9 @@ def numpy_into(op: str, a: Sequence[np.ndarray], out: np.ndarray) -> Run:
             np.multiply(q2, c, out=o2)
             np.multiply(q1, s, out=scratch)
             np.add(o2, scratch, out=o2)
+    elif op == "transpose":
+        def run() -> None:
+            np.copyto(out, a[0].T)
     else:
         x, erf = a[0], _erf()
 
@@ -273,8 +278,11 @@ def torch_expression(op: str) -> Callable[..., Any]:
     def gelu(x: Any) -> Any:
         return F.gelu(x)
 
+    def transpose(x: Any) -> Any:
+        return x.t().contiguous()
+
     return {"swiglu": swiglu, "rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax,
-            "rope": rope, "gelu": gelu}[op]
+            "rope": rope, "gelu": gelu, "transpose": transpose}[op]
 
 
 def torch_into(op: str, a: Sequence[Any], out: Any) -> Run:
@@ -319,6 +327,9 @@ def torch_into(op: str, a: Sequence[Any], out: Any) -> Run:
             o1.addcmul_(q2, s, value=-1.0)
             torch.mul(q2, c, out=o2)
             o2.addcmul_(q1, s)
+    elif op == "transpose":
+        def run() -> None:
+            out.copy_(a[0].t())
     else:
         def run() -> None:
             aten.gelu.out(a[0], out=out)

@@ -37,7 +37,7 @@ from ..mlir import func, ir
 from ..pipeline import PassContext, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
-from ..tiling.tiler import Buffer, plan_row_tiles
+from ..tiling.tiler import Buffer, layout_block, plan_row_tiles
 from .tile_cache_hint import INPUT_HINTS_ATTR
 
 FUSED_ATTR = "tile.fused"
@@ -170,11 +170,22 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                 buffers.append(Buffer(f"out{k}", tensor_info(new[v].type), depth))
             outs.append(store.result)
         ir.Operation.create("func.return", operands=outs, loc=ret.location)
+    across = any(_reads_across_rows(plan, arg) for arg in block.arguments)
+    block_shape = layout_block([op.operation.name for op in ops],
+                               [tensor_info(new[v].type) for v in ret.operands], plan.grid,
+                               across, target)
     ret.erase()
     for op in reversed(ops):
         op.erase()
     with fn.location:
-        _annotate(fn, plan, buffers, target)
+        _annotate(fn, plan, buffers, target, block_shape)
+
+
+def _reads_across_rows(plan: RowPlan, arg: Any) -> bool:
+    """Whether the row of argument ``arg`` steps through it across its last axis, which the
+    grid indexes: each element of the row on a cache line of its own."""
+    shape = tensor_info(arg.type).shape
+    return bool(shape) and len(shape) - 1 in plan.axes(arg) and plan.row_shape(arg) != ()
 
 
 def _symbols(fn: Any) -> list[str]:
@@ -190,9 +201,10 @@ def _symbols(fn: Any) -> list[str]:
     return sorted(found)
 
 
-def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc) -> None:
+def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc,
+              block: tuple[int, int]) -> None:
     name = ir.StringAttr(fn.attributes["sym_name"]).value
-    params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target)
+    params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target, block)
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
         "target": ir.StringAttr.get(target.name),
         "symbols": _strs(_symbols(fn)),

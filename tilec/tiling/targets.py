@@ -26,12 +26,14 @@ class TargetDesc:
     # the backend streams every row buffer through local memory in chunks (else it holds
     # them whole, and they must fit)
     streams_rows: bool = True
+    # bytes of one line of the two-dimensional blocks of layout changes (0: row by row)
+    block_bytes: int = 0
 
 
 TARGETS: dict[str, TargetDesc] = {
     # CPU: a tile's rows should stay in a core's L2 share; threads are counted at run time.
     "cpu": TargetDesc("cpu", cores=0, vector_bytes=32, local_bytes=256 * 1024, alignment=64,
-                      double_buffer=False),
+                      double_buffer=False, block_bytes=64),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
                          alignment=32, double_buffer=True),

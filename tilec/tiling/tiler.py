@@ -66,6 +66,9 @@ class TileParams:
     whole_bytes: Dim              # ... of the buffers the target cannot split
     tile_rows: int                # rows per tile; 0: rows of a size known at run time only
     streamed: bool                # a row exceeds local memory and streams through it in chunks
+    # layout changes: (rows, elements) of the two-dimensional blocks a tile is walked in, the
+    # rows of one block's elements read together; (0, 0): row after row
+    block: tuple[int, int] = (0, 0)
 
     def attributes(self) -> dict[str, ir.Attribute]:
         i64 = ir.IntegerType.get_signless(64)
@@ -76,6 +79,7 @@ class TileParams:
             "whole_bytes": ir.StringAttr.get(str(self.whole_bytes)),
             "tile_rows": ir.IntegerAttr.get(i64, self.tile_rows),
             "streamed": ir.BoolAttr.get(self.streamed),
+            "block": ir.DenseI64ArrayAttr.get(list(self.block)),
         }
 
     @staticmethod
@@ -87,7 +91,8 @@ class TileParams:
             parse_dim(ir.StringAttr(kernel["row_bytes"]).value),
             parse_dim(ir.StringAttr(kernel["whole_bytes"]).value),
             ir.IntegerAttr(kernel["tile_rows"]).value,
-            ir.BoolAttr(kernel["streamed"]).value)
+            ir.BoolAttr(kernel["streamed"]).value,
+            tuple(ir.DenseI64ArrayAttr(kernel["block"])))
 
 
 def _total(buffers: Sequence[Buffer], align: int) -> Dim:
@@ -97,8 +102,33 @@ def _total(buffers: Sequence[Buffer], align: int) -> Dim:
     return total
 
 
+def layout_block(body_ops: Sequence[str], rows_out: Sequence[TensorInfo], grid: Sequence[Any],
+                 moves_last_axis: bool, target: TargetDesc) -> tuple[int, int]:
+    """The two-dimensional block of a layout change: a kernel of element-wise and layout ops
+    only whose one output row is one axis, and whose rows read across the grid (a transpose
+    that moves the last axis): each row then reads its elements from as many cache lines,
+    and the next rows read the rest of those lines.  A block is as many rows as an input
+    line holds by BLOCK_LINES output lines of elements (lines of ``TargetDesc.block_bytes``;
+    0: the target's backend walks rows one at a time)."""
+    if not target.block_bytes or not grid or not moves_last_axis or len(rows_out) != 1:
+        return (0, 0)
+    if len(rows_out[0].shape) != 1 or set(body_ops) & ROW_BOUND_OPS:
+        return (0, 0)
+    line = target.block_bytes // ELEMENT_BYTES[rows_out[0].dtype]
+    return (line, BLOCK_LINES * line)
+
+
+# output lines per row of a block: on the machine this was tuned on, 4 ran a 4096 x 4096
+# float32 transpose in 72 ms against 138 ms for 1 and 82 ms for 2
+BLOCK_LINES = 4
+
+
+# ops whose row is computed as a whole (or read twice): a block of a row would redo them
+ROW_BOUND_OPS = frozenset({"tile.reduce", "tile.softmax", "tile.matmul", "tile.concat"})
+
+
 def plan_row_tiles(name: str, span: Span | None, grid: Sequence[Any], buffers: Sequence[Buffer],
-              target: TargetDesc) -> TileParams:
+                   target: TargetDesc, block: tuple[int, int] = (0, 0)) -> TileParams:
     """The ``rows`` schedule of kernel ``name`` over ``grid`` with these row buffers; a
     located error when the buffers the target holds whole cannot fit its local memory."""
     row_bytes = _total(buffers, target.alignment)
@@ -116,4 +146,4 @@ def plan_row_tiles(name: str, span: Span | None, grid: Sequence[Any], buffers: S
         tile_rows = max(1, min(target.max_tile_rows,
                                target.local_bytes // max(row_bytes.value, 1)))
     return TileParams(ROWS, tuple(str(g) for g in grid), row_bytes, whole_bytes, tile_rows,
-                      streamed)
+                      streamed, block)

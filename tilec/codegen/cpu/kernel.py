@@ -209,6 +209,12 @@ class _Kernel(RowLowering):
         # output number -> where the base of its row's place in the output is kept until the
         # next row streams that row out (:meth:`deferred_stream`)
         self.deferred: dict[int, ir.Value] = {}
+        kernel = ir.DictAttr(fn.attributes["tile.kernel"])
+        # the tile's two-dimensional block (rows, elements), and while a block's row is
+        # lowered, the range of its elements that the row's store writes
+        self.block = tuple(ir.DenseI64ArrayAttr(kernel["block"])) if "block" in kernel \
+            else (0, 0)
+        self.element_range: Optional[tuple[Num, Num]] = None
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
@@ -227,7 +233,10 @@ class _Kernel(RowLowering):
             with ir.InsertionPoint(block):
                 self.entry = ir.InsertionPoint(block)
                 self._bind_symbols(dims_buffer)
-                self._row_loop(Num(row_begin), Num(row_end))
+                if self.block[0]:
+                    self._block_loop(Num(row_begin), Num(row_end))
+                else:
+                    self._row_loop(Num(row_begin), Num(row_end))
                 for k, pending in self.deferred.items():
                     self.stream_last_row(self.rows_out[k], pending)
                 if any(out.streams is not None for out in self.rows_out.values()):
@@ -278,8 +287,48 @@ class _Kernel(RowLowering):
             self.body()
             scf.YieldOp([c.value for c in self.next_coords] if carried else [])
 
+    def _block_loop(self, row_begin: Num, row_end: Num) -> None:
+        """Rows ``[row_begin, row_end)`` in the tile's two-dimensional blocks: for each
+        ``rows`` rows, ``elements`` of each row's one axis at a time, row after row, so that
+        the input lines a row reads across the grid serve the block's other rows while they
+        are in L1, and the block writes whole output lines."""
+        rows, elements = (const(index(), b) for b in self.block)
+        store = next(op for op in self.fn.regions[0].blocks[0].operations
+                     if op.operation.name == "tile.store_row")
+        extents = [self.dim(grid_dim(g)) for g in self.grid]
+        length = self.dim(tensor_info(store.operands[0].type).shape[0])
+        one = const(index(), 1)
+        blocks = scf.ForOp(row_begin.value, row_end.value, rows.value)
+        self.entry = ir.InsertionPoint(blocks.operation)
+        with ir.InsertionPoint(blocks.body):
+            first = Num(blocks.induction_variable)
+            last = (first + rows).minimum(row_end)
+            parts = scf.ForOp(const(index(), 0).value, length.value, elements.value)
+            with ir.InsertionPoint(parts.body):
+                lo = Num(parts.induction_variable)
+                self.element_range = (lo, (lo + elements).minimum(length))
+                each = scf.ForOp(first.value, last.value, one.value)
+                with ir.InsertionPoint(each.body):
+                    row = Num(each.induction_variable)
+                    self.coords = grid_point(row, extents) if len(extents) > 1 else [row]
+                    self.body()
+                    scf.YieldOp([])
+                scf.YieldOp([])
+            scf.YieldOp([])
+        self.element_range = None
+
     def store_row(self, op: Any) -> None:
         value = self.lazy(op.operands[0])
+        if self.element_range is not None:
+            dest = self.global_row(op, self.out_buffers[self.output_number(op)],
+                                   self.outputs[self.output_number(op)])
+            lo, hi = self.element_range
+            loop = scf.ForOp(lo.value, hi.value, const(index(), 1).value)
+            with ir.InsertionPoint(loop.body):
+                ivs = [Num(loop.induction_variable)]
+                self.store(self.load(value, ivs, {}), dest, ivs)
+                scf.YieldOp([])
+            return
         out = self.row_out(op, may_stream=not (isinstance(value, (Map, Concat))
                                                and value.expensive))
         if out.staging is None:
@@ -415,7 +464,7 @@ class _Kernel(RowLowering):
     def load_row(self, op: Any) -> Lazy:
         """The row that ``op`` loads, and the same row of the next grid point prefetched."""
         row = super().load_row(op)
-        if isinstance(row, View):
+        if isinstance(row, View) and self.element_range is None:
             self.prefetch_next_row(op, row)
         return row
 
