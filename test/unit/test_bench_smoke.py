@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu")
+OPS = ("swiglu", "rmsnorm", "layernorm", "softmax", "rope", "gelu", "transpose")
 HEADER = re.compile(r"\| op \| dtype \| outputs \| MB moved \| copy GB/s, 1 / \d+ threads \| "
                     r"tilec ms \| tilec GB/s \| % of copy \| tilec --arch x86-64-v3 ms \(% of copy\) \| "
                     r"NumPy \|")

@@ -2,8 +2,8 @@
 
 In: the operators of ``tilec/bench/ops/*.tile`` (swiglu, rmsnorm, layernorm, softmax, rope, gelu,
 transpose, each as ``OP_f32`` and ``OP_f16``) and the same computations written for each
-peer.  Out: one markdown table on stdout (and in ``-o FILE``; a full run of a source checkout writes
-``bench/results/cpu-DATE.md`` there, of an installed tilec ``cpu-DATE.md`` here): per
+peer.  Out: one markdown table on stdout (and in ``-o FILE``; a full run of a source checkout
+writes ``bench/results/cpu-DATE.md`` there, of an installed tilec ``cpu-DATE.md`` here): per
 operator, dtype and output mode the median time of each implementation, tilec's GB/s (bytes an
 ideal kernel reads and writes) and its fraction of a copy's bandwidth (``np.copyto`` moving
 the same bytes between preallocated buffers, on one thread and on one thread per CPU: the
@@ -662,13 +662,17 @@ def compile_target(case: Case, thp: dict[str, Times]) -> Verdict:
     return f"{min(ratios):.2f}", min(ratios) >= 1
 
 
+# tilec's share of the copy bandwidth with out= that each op should reach (others: 70%)
+COPY_SHARE = {"transpose": 0.6}
+
+
 def copy_target(bandwidth: float) -> Callable[[Case, dict[str, Times]], Verdict]:
-    """tilec with preallocated outputs at >= 70% of the run's copy bandwidth."""
+    """tilec with preallocated outputs at >= 70% of the run's copy bandwidth (COPY_SHARE)."""
     def judge(case: Case, thp: dict[str, Times]) -> Verdict:
         if "out=" not in case.times:
             return None
         share = case.nbytes / bandwidth / case.times["out="]["tilec"]
-        return _percent(share), share >= 0.7
+        return _percent(share), share >= COPY_SHARE.get(case.op, 0.7)
     return judge
 
 
@@ -678,7 +682,7 @@ def targets(cases: Sequence[Case], thp: dict[str, Times], peers: Sequence[str],
     columns = [("× NumPy fresh / out= (≥ 2, float32)", numpy_target)] if "numpy" in peers else []
     if "compile" in peers:
         columns.append(("best torch.compile / best tilec (≥ 1)", compile_target))
-    columns.append(("% of copy, out= (≥ 70%)", copy_target(bandwidth)))
+    columns.append(("% of copy, out= (≥ 70%; transpose ≥ 60%)", copy_target(bandwidth)))
     head = ["op", "dtype"] + [title for title, _ in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     verdicts = []
