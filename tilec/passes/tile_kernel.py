@@ -20,9 +20,10 @@ Per target description (option ``target=cpu|ascend|ptx``): every row buffer's me
 the target overlaps copies with compute), and the kernel's tile parameters
 (:class:`tilec.tiling.tiler.TileParams`: the schedule, the bytes of local memory one row
 needs as a dimension polynomial padded to the target's alignment per buffer, the rows per
-tile, whether a row streams through local memory in chunks).  Only buffers that the target
-holds whole can exceed its local memory; that is a located error naming the function, its
-buffers and the numbers (see :mod:`tilec.tiling.tiler` for what that is).
+tile, whether a row streams through local memory in chunks, the two-dimensional blocks of a
+layout change).  Only buffers that the target holds whole can exceed its local memory; that
+is a located error naming the function, its buffers and the numbers (see
+:mod:`tilec.tiling.tiler` for what that is).
 """
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ is float32 (int32); float16/bfloat16 are widened on load, narrowed on store, and
 registers at an explicit ``tile.cast``.  ``tile.check`` is the host's business (it knows the
 symbols before any kernel runs) and ``tile.hint`` has no effect here.
 
+A kernel whose tile parameters give a two-dimensional ``block`` (a layout change whose rows
+read an input across its last axis) walks its rows in blocks instead
+(:meth:`_Kernel._block_loop`): the store of each row writes only the block's range of elements, row after
+row, so that the input lines the block reads are used whole while they are in L1; there is no
+prefetch and no streaming.
+
 Memory: before a row's passes, the contiguous input rows of the next grid point of the launch
 are prefetched into L2 (:meth:`_Kernel.prefetch_next_row`), so that their reads overlap this
 row's arithmetic.  A contiguous output row of an output of STREAM_MIN_BYTES or more (decided
