@@ -2,7 +2,9 @@
 
 In: the path of a library (``tilec f.tile -o f.so``) whose ``tilec_metadata()`` describes its
 entries, and per call NumPy arrays (bfloat16 through ``ml_dtypes``), objects with
-``__dlpack__`` and Python scalars.  Out: NumPy arrays, fresh or the caller's ``out=``.
+``__dlpack__`` (PyTorch CPU tensors of every dtype, bfloat16 and tensors that require grad
+included: :mod:`.interop`) and Python scalars.  Out: NumPy arrays, fresh or the caller's
+``out=``; fresh tensors sharing the arrays' memory when an argument was a PyTorch tensor.
 
 A call matches arguments to parameters (positional, by name, scalar defaults), checks each
 tensor's dtype, binds the shape symbols and the ``...`` extents from the shapes by the rules of
@@ -34,6 +36,7 @@ from ..binding import Binding
 from ..binding import bind as bind_shapes
 from ..dims import ELLIPSIS, Dim, parse_dim
 from .device import Device
+from .interop import from_torch, to_torch, torch_tensor
 
 METADATA_FORMAT = 1
 NUMPY_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -162,6 +165,9 @@ class Function:
         self.symbols: list[str] = meta["symbols"]
         self.lead: list[str] | None = meta["lead"]
         self.generic: bool = meta["generic"]
+        self.backward: str | None = meta.get("backward")
+        """The function of the same library that computes this one's gradients
+        (``#pragma backward(NAME)``), or None."""
         self.variants = [Variant(v["binding"], tuple(map(_shape, v["params"])),
                                  tuple(map(_shape, v["results"]))) for v in meta["variants"]]
         fast = [_fast(p.shape) for p in self.params if p.kind == "tensor"]
@@ -213,7 +219,9 @@ class Function:
 
     @staticmethod
     def _array(dtype: str, value: Any, role: str) -> np.ndarray:
-        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+        if torch_tensor(value) and value.device.type == "cpu":
+            value = from_torch(value)
+        elif not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
             try:
                 value = np.from_dlpack(value)
             except (TypeError, ValueError, BufferError, RuntimeError) as e:
@@ -231,7 +239,7 @@ class Function:
         if not array.flags.c_contiguous:
             raise ValueError(f"{role}: expected a C-contiguous (row-major) array, got strides "
                              f"{array.strides} for shape {array.shape}; pass "
-                             "np.ascontiguousarray(...)")
+                             "np.ascontiguousarray(...) (a PyTorch tensor: .contiguous())")
         if not array.flags.aligned:
             raise ValueError(f"{role}: the array is not aligned to its element size")
 
@@ -320,6 +328,33 @@ class Function:
                      for i, d in enumerate(_dims(shape)))
 
     # the call --------------------------------------------------------------------------------
+    def plan(self, tensors: list[tuple[Param, Any]]) -> tuple[list[tuple[int, ...]], list[Any]]:
+        """The result shapes of a call on ``tensors`` (each parameter with anything that has a
+        ``shape``), and the entry's arguments after the pointers and before the scalars
+        (symbols, ``...`` extents); ValueError naming the argument whose shape does not fit."""
+        binding, result_shapes = self._binding(tensors)
+        missing = [s for s in self.symbols + (self.lead or []) if s not in binding.symbols]
+        if missing:
+            raise ValueError(f"{self.name}: cannot bind {', '.join(missing)} from the argument "
+                             "shapes")
+        lead = tuple(binding.lead or ())
+        shapes = []
+        for r, shape in enumerate(result_shapes):
+            dims = self._extents(shape, binding.symbols, r)
+            shapes.append(lead + dims if _rank_generic(shape) else dims)
+        tail: list[Any] = [binding.symbols[s] for s in self.symbols]
+        if self.lead is not None:
+            extents = list(lead) + [binding.symbols[s] for s in self.lead]
+            tail += [len(extents), (ctypes.c_int64 * max(len(extents), 1))(*extents)]
+        return shapes, tail
+
+    def invoke(self, pointers: list[int], tail: list[Any], scalars: list[int | float],
+               stream: int | None = None) -> None:
+        """Call the C entry on device or host ``pointers`` (inputs, then outputs);
+        RuntimeError with the library's message when it fails."""
+        if self._entry(*pointers, *tail, *scalars, stream) != 0:
+            raise RuntimeError(self.library.last_error())
+
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         values = self._match(args, kwargs)
         tensors: list[tuple[Param, np.ndarray]] = []
@@ -334,34 +369,21 @@ class Function:
             else:
                 tensors.append((p, device.tensor(NUMPY_DTYPES[p.dtype], value, role,
                                                  lambda v: self._array(p.dtype, v, role))))
-        binding, result_shapes = self._binding(tensors)
+        shapes, tail = self.plan(tensors)
         for p, array in tensors:
             if isinstance(array, np.ndarray):
                 self._layout(array, f"{self.name}: argument '{p.name}'")
-        missing = [s for s in self.symbols + (self.lead or []) if s not in binding.symbols]
-        if missing:
-            raise ValueError(f"{self.name}: cannot bind {', '.join(missing)} from the argument "
-                             "shapes")
-        lead = binding.lead or ()
-        shapes = []
-        for r, shape in enumerate(result_shapes):
-            dims = self._extents(shape, binding.symbols, r)
-            shapes.append(lead + dims if _rank_generic(shape) else dims)
-        tail: list[Any] = [binding.symbols[s] for s in self.symbols]
-        if self.lead is not None:
-            extents = list(lead) + [binding.symbols[s] for s in self.lead]
-            tail += [len(extents), (ctypes.c_int64 * max(len(extents), 1))(*extents)]
-        tail += scalars
         if device is not None:
             returned = device.call(self._entry, [a for _, a in tensors],
                                    [NUMPY_DTYPES[dtype] for dtype, _ in self.results], shapes,
-                                   out, tail)
+                                   out, tail + scalars)
             return returned[0] if len(returned) == 1 else tuple(returned)
         returned, outputs = self._outputs(out, shapes,
                                           [(f"argument '{p.name}'", a) for p, a in tensors])
-        c_args = [a.ctypes.data for _, a in tensors] + [a.ctypes.data for a in outputs]
-        if self._entry(*c_args, *tail, None) != 0:
-            raise RuntimeError(self.library.last_error())
+        self.invoke([a.ctypes.data for _, a in tensors] + [a.ctypes.data for a in outputs],
+                    tail, scalars)
+        if out is None and any(torch_tensor(v) for v in values):
+            returned = [to_torch(a) for a in returned]   # tensors in, tensors out
         return returned[0] if len(returned) == 1 else tuple(returned)
 
 
