@@ -33,6 +33,7 @@ LEAD_ATTR = "tile.lead"
 ARG_NAME_ATTR = "tile.name"
 ARG_SCALAR_ATTR = "tile.scalar"
 ARG_DEFAULT_ATTR = "tile.default"
+BACKWARD_ATTR = "tile.backward"     # `#pragma backward(NAME)`: the gradient function
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ the ``FileLineColLoc`` of its source.  Function metadata follows the conventions
 from __future__ import annotations
 
 from ..diagnostics import Span
-from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
-                       TEMPLATES_ATTR)
+from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR, LEAD_ATTR,
+                       SYMBOLS_ATTR, TEMPLATES_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
@@ -78,6 +78,8 @@ def build_function(fn: TypedFunction) -> func.FuncOp:
     f.attributes[SYMBOLS_ATTR] = t.str_array(fn.symbols)
     if fn.rank_generic:
         f.attributes[LEAD_ATTR] = t.str_array(fn.lead)
+    if fn.backward is not None:
+        f.attributes[BACKWARD_ATTR] = ir.StringAttr.get(fn.backward)
     if fn.templates:
         f.attributes[TEMPLATES_ATTR] = ir.DictAttr.get(
             {k: ir.DenseI64ArrayAttr.get(v) for k, v in fn.templates.items()})

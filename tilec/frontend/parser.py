@@ -40,7 +40,7 @@ MAX_NESTING = 200
 
 # Pragmas whose argument list must parse.  Sema only warns about any other pragma, so the text
 # after its name is never a syntax error: when it is no argument list, its args are None.
-_KNOWN_PRAGMAS = frozenset({"cache_hint", "shape_template"})
+_KNOWN_PRAGMAS = frozenset({"cache_hint", "shape_template", "backward"})
 
 _PRAGMA_HEAD = re.compile(
     r"#pragma[ \t]+(?:(?P<vendor>acl)[ \t]+(?=[A-Za-z_]))?(?P<name>[A-Za-z_][A-Za-z0-9_]*)")

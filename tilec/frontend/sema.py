@@ -22,7 +22,7 @@ from . import ast
 
 MAX_INLINE_DEPTH = 64
 CACHE_LEVELS = ("L1", "L2", "UB", "SHARED")
-KNOWN_PRAGMAS = ("cache_hint", "shape_template")
+KNOWN_PRAGMAS = ("cache_hint", "shape_template", "backward")
 INT_LIMIT = 2**31 - 1
 
 
@@ -101,6 +101,7 @@ class TypedFunction:
     checks: list[Check]
     hints: list[Hint]
     templates: dict[str, list[int]]
+    backward: str | None = None    # `#pragma backward(NAME)`
 
 
 @dataclass
@@ -214,11 +215,19 @@ class Program:
     def analyze(self) -> list[TypedFunction]:
         self._check_file_pragmas()
         self._check_defines()
-        return [self.analyze_function(f) for f in self.module.functions]
+        typed = [self.analyze_function(f) for f in self.module.functions]
+        by_name = {f.name: f for f in typed}
+        for f in typed:
+            if f.backward is not None:
+                _check_backward(f, by_name[f.backward], self.functions[f.name])
+        return typed
 
     # file-level checks ----------------------------------------------------------------------
     def _check_file_pragmas(self) -> None:
         for p in self.file_pragmas:
+            if p.name == "backward":
+                raise TilecError("pragma 'backward' belongs inside the body of the function "
+                                 "whose gradient it names", p.name_span)
             if p.name == "cache_hint":
                 name, _ = _cache_hint_args(p)
                 if not any(name in _bound_names(f) for f in self.functions.values()):
@@ -277,6 +286,40 @@ def _template_args(p: ast.Pragma) -> tuple[str, list[int]]:
     return args[0].id, values
 
 
+def _backward_args(p: ast.Pragma, fdef: ast.FuncDef, functions: dict[str, ast.FuncDef]) -> str:
+    """The function ``#pragma backward(NAME)`` inside ``fdef`` names."""
+    args = p.args or []
+    if len(args) != 1 or not isinstance(args[0], ast.Name):
+        raise TilecError("backward expects (FUNCTION), e.g. backward(rmsnorm_backward)", p.span)
+    name = args[0].id
+    if name == fdef.name:
+        raise TilecError(f"'{name}' cannot be its own backward", args[0].span)
+    if name not in functions:
+        raise TilecError(f"backward names '{name}', which is no function of this file"
+                         f"{_did_you_mean(name, list(functions))}", args[0].span)
+    return name
+
+
+def _check_backward(f: TypedFunction, b: TypedFunction, fdef: ast.FuncDef) -> None:
+    """``b`` takes ``f``'s parameters, then one gradient per result of ``f``, and returns one
+    gradient per tensor parameter of ``f``, each of the dtype of what it is the gradient of."""
+    span = next(s.args[0].span for s in fdef.body
+                if isinstance(s, ast.Pragma) and s.name == "backward")
+    want = [("scalar" if p.scalar else "tensor", p.type.dtype) for p in f.params]
+    want += [("tensor", r.dtype) for r in f.result_types]
+    got = [("scalar" if p.scalar else "tensor", p.type.dtype) for p in b.params]
+    shown = ", ".join(f"{k} {d}" for k, d in want)
+    if got != want:
+        raise TilecError(f"backward '{b.name}' must take the parameters of '{f.name}' and one "
+                         f"gradient per result: ({shown}); it takes ("
+                         + ", ".join(f"{k} {d}" for k, d in got) + ")", span)
+    grads = [p.type.dtype for p in f.params if not p.scalar]
+    if [r.dtype for r in b.result_types] != grads:
+        raise TilecError(f"backward '{b.name}' must return one gradient per tensor parameter "
+                         f"of '{f.name}': ({', '.join(grads)}); it returns ("
+                         + ", ".join(r.dtype for r in b.result_types) + ")", span)
+
+
 def _bound_names(f: ast.FuncDef) -> set[str]:
     names = {p.name for p in f.params}
     for s in f.body:
@@ -324,6 +367,7 @@ class FunctionAnalyzer:
         self.prefix: Shape | None = None         # what `...` stands for, in root dims
         self.pragmas = [p for p in program.file_pragmas]
         self.call_sites: tuple[Span, ...] = ()   # the calls this body is inlined through
+        self.backward: str | None = None
 
     # helpers -------------------------------------------------------------------------------
     def here(self, span: Span) -> Span:
@@ -398,7 +442,7 @@ class FunctionAnalyzer:
             name=f.name, span=f.name_span, params=params, result_types=result_types,
             results=results, values=self.values, symbols=symbols, lead=self.lead_names,
             rank_generic=self.prefix is not None, checks=self.checks, hints=self.hints,
-            templates=templates)
+            templates=templates, backward=self.backward)
 
     def _declare_params(self) -> list[ParamInfo]:
         params = []
@@ -505,6 +549,12 @@ class FunctionAnalyzer:
 
     def _body_pragma(self, p: ast.Pragma) -> None:
         if not self.program._known_pragma(p):
+            return
+        if p.name == "backward":
+            if self.parent is None:
+                if self.backward is not None:
+                    raise TilecError("a second pragma 'backward' in this function", p.span)
+                self.backward = _backward_args(p, self.fdef, self.program.functions)
             return
         if p.name == "cache_hint":
             name, _ = _cache_hint_args(p)

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 import jinja2
 
 from ... import __version__
-from ...dialect import (DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR, params_of,
-                        tensor_info)
+from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR,
+                        params_of, tensor_info)
 from ...dims import ELLIPSIS
 from ...mlir import ir
 from .backend import HostTarget
@@ -300,6 +300,9 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
         out[e.name] = {"c_name": e.c_name, "signatures": e.signatures, "params": params,
                        "results": results, "symbols": e.symbols, "lead": e.lead,
                        "generic": generic is not None, "variants": variants}
+        abi = functions[e.generic.function if e.generic else e.variants[0][1].function]
+        if BACKWARD_ATTR in abi.attributes:
+            out[e.name]["backward"] = ir.StringAttr(abi.attributes[BACKWARD_ATTR]).value
     return {"format": METADATA_FORMAT, "target": target, "arch": arch, "tilec": __version__,
             "source": source, "functions": out}
 
