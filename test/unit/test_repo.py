@@ -55,5 +55,7 @@ def test_every_file_of_the_package_is_installed():
 def test_the_public_namespace_is_what_the_readme_documents():
     import tilec
 
-    assert dir(tilec) == ["__version__", "compile", "compile_string", "load"]
+    assert dir(tilec) == ["__version__", "compile", "compile_string", "load", "torch"]
     assert [callable(getattr(tilec, name)) for name in tilec.__all__] == [True] * 3
+    assert "torch" not in tilec.__all__      # `from tilec import *` does not import PyTorch
+    assert "tilec.torch.register(" in (REPO / "README.md").read_text()

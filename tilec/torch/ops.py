@@ -44,10 +44,10 @@ _LIBRARIES: dict[str, torch.library.Library] = {}
 
 
 # --- schemas ---------------------------------------------------------------------------------
-def _param_schema(p: Param) -> str:
+def _param_schema(p: Param, with_default: bool) -> str:
     if p.kind == "tensor":
         return f"Tensor {p.name}"
-    default = "" if p.default is None else f"={p.default!r}"
+    default = f"={p.default!r}" if with_default and p.default is not None else ""
     return f"{SCALAR_TYPES.get(p.dtype, 'float')} {p.name}{default}"
 
 
@@ -65,8 +65,10 @@ def out_names(fn: Function) -> list[str]:
 
 
 def schemas(fn: Function) -> tuple[str, str]:
-    """(the functional schema, the out-variant's), without the operator's name."""
-    params = ", ".join(_param_schema(p) for p in fn.params)
+    """(the functional schema, the out-variant's), without the operator's name.  A default
+    followed by a parameter without one is left out of the schema (Python's rule)."""
+    last = max((i for i, p in enumerate(fn.params) if p.default is None), default=-1)
+    params = ", ".join(_param_schema(p, i > last) for i, p in enumerate(fn.params))
     results = ", ".join("Tensor" for _ in fn.results)
     returns = results if len(fn.results) == 1 else f"({results})"
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -106,7 +108,7 @@ def _arguments(entry: _Entry, qualname: str, args: tuple) -> tuple[list, list, t
         tensor = _tensor(fn, p.name, p.dtype, value, device, entry.device_type, qualname)
         device = tensor.device
         tensors.append((p, tensor))
-    return tensors, scalars, device
+    return tensors, scalars, device or torch.device(entry.device_type)
 
 
 def _stream(device: torch.device) -> int | None:
@@ -218,7 +220,7 @@ def _fake(entry: _Entry, qualname: str) -> Callable[..., Any]:
         fn = entry.function
         tensors, _, device = _arguments(entry, qualname, args)
         found = symbolic_shapes(fn, tensors, qualname)
-        outs = [tensors[0][1].new_empty(s, dtype=TORCH_DTYPES[d], device=device)
+        outs = [torch.empty(s, dtype=TORCH_DTYPES[d], device=device)
                 for s, (d, _) in zip(found, fn.results)]
         return outs[0] if len(outs) == 1 else tuple(outs)
     return fake
