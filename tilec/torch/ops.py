@@ -276,9 +276,9 @@ def _backward_formula(backward_op: Any) -> Callable[..., tuple]:
     def backward(ctx: Any, *grads: Any) -> tuple:
         saved = iter(ctx.saved_tensors)
         args = [next(saved) if t else s for t, s in zip(ctx.tensor_inputs, ctx.scalars)]
-        like = ctx.result_like
-        filled = [g if g is not None else torch.zeros(m.shape, dtype=m.dtype, device=args[0].device)
-                  for g, m in zip(grads, like)]
+        device = ctx.saved_tensors[0].device
+        filled = [g if g is not None else torch.zeros(m.shape, dtype=m.dtype, device=device)
+                  for g, m in zip(grads, ctx.result_like)]
         found = backward_op(*args, *filled)
         found = iter(found if isinstance(found, tuple) else (found,))
         return tuple(next(found) if t else None for t in ctx.tensor_inputs)
