@@ -94,7 +94,9 @@ def test_arch_help_covers_every_backend() -> None:
         assert backend.default_arch in text, backend.name
 
 
-TARGET_NAME = re.compile(r"""(==|!=|\bin)\s*[(\[{]?\s*["'](cpu|ptx|ascend|ascend-sim)["']""")
+# (a PyTorch tensor's device.type "cpu" is a device, not a target)
+TARGET_NAME = re.compile(
+    r"""(?<!device\.type )(==|!=|\bin)\s*[(\[{]?\s*["'](cpu|ptx|ascend|ascend-sim)["']""")
 
 
 def test_no_target_name_is_compared_outside_the_backends() -> None:
@@ -111,3 +113,4 @@ def test_the_target_name_pattern_finds_a_comparison() -> None:
     assert TARGET_NAME.search('    if options.target == "ascend-sim":')
     assert TARGET_NAME.search('host_memory = target in ("cpu", "ascend-sim")')
     assert not TARGET_NAME.search('TargetDesc("cpu", cores=0)')
+    assert not TARGET_NAME.search('if torch_tensor(value) and value.device.type == "cpu":')

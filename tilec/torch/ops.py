@@ -321,7 +321,10 @@ def _claim(namespace: str, fn: Function, schema: str) -> _Entry | None:
 
 
 def _device_type(lib: Library) -> str:
-    if lib.target == "ascend":
+    if lib.target not in DEVICE_TYPES:
+        raise RuntimeError(f"'{lib.path}' is a library for --target {lib.target}, which has no "
+                           f"PyTorch device here; known: {', '.join(DEVICE_TYPES)}")
+    if DEVICE_TYPES[lib.target] == "npu":
         try:
             import torch_npu  # noqa: F401  (registers the NPU device with PyTorch)
         except ImportError:
