@@ -273,6 +273,9 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
     are reported again), else compiled and stored with every stage's text.
     ``use_cache=False`` and the :data:`REPORT_OPTIONS` bypass the cache; stages are then
     recorded only when ``record_stages``."""
+    if not use_cache:
+        from .frontend.parser import prepare
+        prepare(store_tables=False)            # the cache directory gets nothing
     if not use_cache or any(getattr(options, f) for f in REPORT_OPTIONS):
         files, stages, _ = _compile(text, file, options, sink, name, record_stages)
         return Build(files, stages, None, None, hit=False)

@@ -87,16 +87,28 @@ _LARK_OPTIONS: dict[str, Any] = {"parser": "lalr", "lexer": "basic", "strict": T
 _LEXER_CALLBACKS = {"BLOCK_COMMENT": _check_block_comment}   # saved with the tables by name
 
 
-@functools.cache
-def _lark() -> Lark:
+_process_parser: list[Lark] = []
+
+
+def _lark(store_tables: bool = True) -> Lark:
     """The Lark parser of grammar.lark, made once per process (:func:`lark_parser`), its
-    tables kept in tilec's cache directory."""
-    return lark_parser(GRAMMAR.read_text(), cache_dir() / "parser")
+    tables kept in tilec's cache directory (unless ``store_tables`` is false, as for a
+    compile with --no-cache, which stores nothing)."""
+    if not _process_parser:
+        _process_parser.append(lark_parser(GRAMMAR.read_text(), cache_dir() / "parser",
+                                           store_tables))
+    return _process_parser[0]
 
 
-def lark_parser(grammar: str, tables: Path) -> Lark:
+def prepare(store_tables: bool) -> None:
+    """Make this process's parser now; with ``store_tables`` false, write no tables."""
+    _lark(store_tables)
+
+
+def lark_parser(grammar: str, tables: Path, store_tables: bool = True) -> Lark:
     """The Lark parser of ``grammar``, loaded from its tables in the directory ``tables``
-    when a process wrote them there, else built and its tables written there for the next.
+    when a process wrote them there, else built and (``store_tables``) its tables written
+    there for the next.
 
     The tables' file is named by a digest of everything they depend on (the grammar, the
     options, the versions of Lark and Python) and starts with a digest of the rest of it, so
@@ -109,7 +121,8 @@ def lark_parser(grammar: str, tables: Path) -> Lark:
     except (OSError, ValueError):
         pass
     parser = Lark(grammar, **_LARK_OPTIONS, lexer_callbacks=_LEXER_CALLBACKS)
-    _store_tables(parser, path)
+    if store_tables:
+        _store_tables(parser, path)
     return parser
 
 
