@@ -403,8 +403,18 @@ def _umask() -> int:
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write ``path`` via a temporary file in the same directory and ``os.replace``, creating
-    the directory; a failure leaves any previous file untouched."""
+    the directory; a failure leaves any previous file untouched.  Something there that is not
+    a regular file (``/dev/null``, a pipe) is written to, never replaced."""
     target = Path(path)
+    if target.exists() and not target.is_file():
+        if target.is_dir():
+            raise TilecError(f"cannot write '{path}': it is a directory")
+        try:
+            with open(target, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+        except OSError as e:
+            raise TilecError(f"cannot write '{path}': {e.strerror or e}") from None
+        return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

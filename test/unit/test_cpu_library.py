@@ -540,3 +540,20 @@ def test_help_lists_every_command(capsys) -> None:
     with pytest.raises(SystemExit):
         opt_main(["--help"])
     assert capsys.readouterr().out.startswith("usage: tilec-opt ")
+
+
+def test_output_to_a_pipe_or_device_writes_into_it(tmp_path: Path) -> None:
+    """-o naming something that is not a regular file (a pipe here; /dev/null for a user) is
+    written to, not replaced by a new file: as root, replacing /dev/null broke the machine."""
+    import stat
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    assert main([str(OPS / "swiglu.tile"), "--emit=ir", "-o", str(pipe)]) == 0
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert b"func.func @swiglu" in got[0]
