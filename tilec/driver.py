@@ -350,14 +350,12 @@ def build_kernels(module, options: CompileOptions, sink: DiagnosticSink) -> None
 def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
     """Run the tensor-level pipeline (the default of ``-O``, or ``--pass-pipeline``)."""
     from .passes import default_pipeline
-    from .pipeline import parse_pipeline, run_pipeline
+    from .pipeline import parse_pipeline, run_pipeline, with_options
 
     text = options.pass_pipeline or default_pipeline(options.opt_level)
     steps = parse_pipeline(text)
     if options.no_generic:
-        steps = [(k, (p[0], {**p[1], "no-generic": "true"}))
-                 if k == "tilec" and p[0].name == "tile-shape-template" else (k, p)
-                 for k, p in steps]
+        steps = with_options(steps, "tile-shape-template", no_generic=True)
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

@@ -5,22 +5,42 @@ A pipeline here is a comma-separated list at the top level; each element is eith
 pass name (with optional ``{key=value ...}`` options) or any upstream pipeline element
 (``canonicalize``, ``cse``, ``func.func(...)``); consecutive upstream elements run in one
 upstream ``PassManager``.
+
+A tilec pass declares its options as the fields of a frozen dataclass (the field
+``no_generic`` is the option ``no-generic``); the parser fills one from the text, checks each
+value against its field's type (``bool``, ``int``, ``str``, and the ``choices`` of an
+:func:`option`), and reports a wrong one at its place in the pipeline text.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from .diagnostics import DiagnosticSink, TilecError
+from .diagnostics import DiagnosticSink, Span, TilecError, register_source
 from .mlir import ir, new_context, passmanager
+
+PIPELINE_FILE = "<pass-pipeline>"   # the name errors in a pipeline's text are located in
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a pass that takes none."""
+
+
+def option(default: Any, choices: Callable[[], Iterable[str]] | None = None) -> Any:
+    """A pass option's field: its default and, for a string, a function giving the values it
+    may take (asked when a pipeline is parsed, so that it sees what is registered by then)."""
+    return field(default=default, metadata={"choices": choices})
 
 
 @dataclass
 class PassContext:
     """What a tilec pass gets besides the module: its options and where warnings go."""
 
-    options: dict[str, str] = field(default_factory=dict)
+    options: Any = field(default_factory=NoOptions)
     sink: DiagnosticSink = field(default_factory=DiagnosticSink)
 
 
@@ -32,75 +52,178 @@ class PassInfo:
     name: str
     run: PassFn
     summary: str
+    options: type = NoOptions
 
 
 REGISTRY: dict[str, PassInfo] = {}
 
 
-def register(name: str, summary: str):
-    """Decorator: register ``fn(module, context)`` as tilec pass ``name``; it raises
-    TilecError (located with ``tilec.dialect.locations.span_of``) for a user's mistake."""
+def register(name: str, summary: str, options: type = NoOptions):
+    """Decorator: register ``fn(module, context)`` as tilec pass ``name`` whose options are
+    the frozen dataclass ``options``; it raises TilecError (located with
+    ``tilec.dialect.locations.span_of``) for a user's mistake."""
+    _check_option_types(options)
+
     def wrap(fn: PassFn) -> PassFn:
-        REGISTRY[name] = PassInfo(name, fn, summary)
+        REGISTRY[name] = PassInfo(name, fn, summary, options)
         return fn
     return wrap
 
 
-def split_top_level(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
+def _check_option_types(options: type) -> None:
+    """A pass's options must be a frozen dataclass of bool, int and str fields."""
+    params = getattr(options, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        raise TypeError(f"pass options {options.__name__} must be a frozen dataclass")
+    for name, kind in typing.get_type_hints(options).items():
+        if kind not in (bool, int, str):
+            raise TypeError(f"pass option {options.__name__}.{name} is {kind}, not bool, int "
+                            "or str")
+
+
+# --- parsing -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Piece:
+    """A piece of a pipeline's text and where it starts in the whole text."""
+
+    text: str
+    start: int
+
+    def span(self, source: str) -> Span:
+        line = source.count("\n", 0, self.start) + 1
+        col = self.start - (source.rfind("\n", 0, self.start) + 1) + 1
+        return Span(PIPELINE_FILE, line, col, line, col + max(len(self.text), 1))
+
+    def sub(self, begin: int, end: int) -> "_Piece":
+        """The stripped text of ``self.text[begin:end]``, where it starts."""
+        raw = self.text[begin:end]
+        return _Piece(raw.strip(), self.start + begin + len(raw) - len(raw.lstrip()))
+
+
+def _pieces(whole: _Piece) -> list[_Piece]:
+    parts: list[_Piece] = []
+    depth, begin = 0, 0
+    for i, ch in enumerate(whole.text):
         if ch in "({":
             depth += 1
         elif ch in ")}":
             depth -= 1
             if depth < 0:
-                raise TilecError(f"unbalanced ')' or '}}' in pass pipeline '{text}'")
+                raise TilecError(f"unbalanced ')' or '}}' in pass pipeline '{whole.text}'")
         if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
+            parts.append(whole.sub(begin, i))
+            begin = i + 1
     if depth != 0:
-        raise TilecError(f"unbalanced '(' or '{{' in pass pipeline '{text}'")
-    if cur.strip():
-        parts.append(cur.strip())
+        raise TilecError(f"unbalanced '(' or '{{' in pass pipeline '{whole.text}'")
+    last = whole.sub(begin, len(whole.text))
+    if last.text:
+        parts.append(last)
     return parts
 
 
-def _split_options(element: str) -> tuple[str, dict[str, str]]:
-    if "{" not in element:
-        return element, {}
-    name, rest = element.split("{", 1)
-    if not rest.endswith("}"):
-        raise TilecError(f"malformed pass options in '{element}'")
-    opts = {}
-    for item in rest[:-1].split():
-        key, _, value = item.partition("=")
-        opts[key] = value
-    return name.strip(), opts
+def split_top_level(text: str) -> list[str]:
+    """The elements of a pipeline's top level, stripped."""
+    return [piece.text for piece in _pieces(_Piece(text, 0))]
 
 
 Step = tuple[str, object]  # ("tilec", (PassInfo, options)) | ("upstream", text)
+MODULE_PREFIX = "builtin.module("
 
 
 def parse_pipeline(text: str) -> list[Step]:
+    """The steps of pipeline ``text``; a mistake in it is a TilecError located in the text
+    (file :data:`PIPELINE_FILE`), reported before anything runs."""
+    register_source(PIPELINE_FILE, text)
+    return _parse(_Piece(text, 0).sub(0, len(text)), text)
+
+
+def _parse(whole: _Piece, source: str) -> list[Step]:
     steps: list[Step] = []
-    for element in split_top_level(text.strip()):
-        if element.startswith("builtin.module(") and element.endswith(")"):
-            steps.extend(parse_pipeline(element[len("builtin.module("):-1]))
+    for piece in _pieces(whole):
+        element = piece.text
+        if element.startswith(MODULE_PREFIX) and element.endswith(")"):
+            steps.extend(_parse(piece.sub(len(MODULE_PREFIX), len(element) - 1), source))
             continue
-        name, opts = _split_options(element)
+        name = element.partition("{")[0].strip()
         if name in REGISTRY:
-            steps.append(("tilec", (REGISTRY[name], opts)))
-        else:
+            info = REGISTRY[name]
+            steps.append(("tilec", (info, _options(info, piece, source))))
+        elif is_upstream_element(element):
             steps.append(("upstream", element))
-    # validate upstream pieces now, so a typo is reported before anything runs
-    for kind, payload in steps:
-        if kind == "upstream" and not is_upstream_element(payload):  # type: ignore[arg-type]
+        else:
             known = ", ".join(sorted(REGISTRY)) or "none"
-            raise TilecError(f"unknown pass '{payload}' (tilec passes: {known}; or any "
-                             "upstream MLIR pass)")
+            raise TilecError(f"unknown pass '{element}' (tilec passes: {known}; or any "
+                             "upstream MLIR pass)", piece.span(source))
     return steps
+
+
+def _options(info: PassInfo, piece: _Piece, source: str) -> Any:
+    """The options of ``info`` that ``piece`` (``NAME{key=value ...}``) gives."""
+    open_at = piece.text.find("{")
+    if open_at < 0:
+        return info.options()
+    if not piece.text.endswith("}"):
+        raise TilecError(f"malformed pass options in '{piece.text}'", piece.span(source))
+    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(info.options)}
+    kinds = typing.get_type_hints(info.options)
+    body = piece.sub(open_at + 1, len(piece.text) - 1)
+    values: dict[str, Any] = {}
+    for word in _words(body):
+        key, eq, value = word.text.partition("=")
+        at = word.span(source)
+        if key not in fields:
+            offered = f"options: {', '.join(fields)}" if fields else "it takes none"
+            raise TilecError(f"{info.name} has no option '{key}'; {offered}", at)
+        f = fields[key]
+        if f.name in values:
+            raise TilecError(f"{info.name}: option '{key}' is given twice", at)
+        values[f.name] = _value(info.name, key, value if eq else None, kinds[f.name],
+                                f.metadata.get("choices"), at)
+    return info.options(**values)
+
+
+def _words(piece: _Piece) -> list[_Piece]:
+    out, begin = [], None
+    for i, ch in enumerate(piece.text + " "):
+        if ch.isspace() and begin is not None:
+            out.append(piece.sub(begin, i))
+            begin = None
+        elif not ch.isspace() and begin is None:
+            begin = i
+    return out
+
+
+def _value(pass_name: str, key: str, text: str | None, kind: type,
+           choices: Callable[[], Iterable[str]] | None, at: Span) -> Any:
+    """Option ``key``'s ``text`` (None: given without '=') as a ``kind``."""
+    where = f"{pass_name}: option '{key}'"
+    if kind is bool:
+        if text in (None, "true", "false"):
+            return text != "false"
+        raise TilecError(f"{where} expects true or false, got '{text}'", at)
+    if text is None:
+        raise TilecError(f"{where} needs a value ({key}=...)", at)
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise TilecError(f"{where} expects an integer, got '{text}'", at) from None
+    known = list(choices()) if choices is not None else None
+    if known is not None and text not in known:
+        raise TilecError(f"{where} expects one of {', '.join(known)}, got '{text}'", at)
+    return text
+
+
+def with_options(steps: Sequence[Step], name: str, **values: Any) -> list[Step]:
+    """``steps`` with ``values`` (field names) set in the options of each run of pass
+    ``name``."""
+    out: list[Step] = []
+    for kind, payload in steps:
+        if kind == "tilec" and payload[0].name == name:  # type: ignore[index]
+            info, options = payload  # type: ignore[misc]
+            payload = (info, dataclasses.replace(options, **values))
+        out.append((kind, payload))
+    return out
 
 
 @functools.lru_cache(maxsize=1024)
@@ -125,7 +248,7 @@ def run_pipeline(module: ir.Module, steps: Sequence[Step], sink: DiagnosticSink 
         kind, payload = steps[i]
         if kind == "tilec":
             info, opts = payload  # type: ignore[misc]
-            info.run(module, PassContext(dict(opts), sink))
+            info.run(module, PassContext(opts, sink))
             name = info.name
             i += 1
         else:

@@ -59,4 +59,6 @@ def test_an_unknown_pass_is_named(tmp_path, capsys) -> None:
     path = tmp_path / "f.mlir"
     path.write_text(TWO_EXPS)
     assert opt_main([str(path), "-p", "cse,no-such-pass"]) == 1
-    assert capsys.readouterr().err.startswith("tilec: error: unknown pass 'no-such-pass' ")
+    err = capsys.readouterr().err
+    assert err.startswith("<pass-pipeline>:1:5: error: unknown pass 'no-such-pass' ")
+    assert err.splitlines()[1:] == ["cse,no-such-pass", "    ^~~~~~~~~~~~"]

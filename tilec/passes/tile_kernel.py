@@ -27,6 +27,7 @@ is a located error naming the function, its buffers and the numbers (see
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..diagnostics import TilecError
@@ -35,7 +36,7 @@ from ..dialect.walk import nested_ops
 from ..dialect.types import tensor_info
 from ..dims import ELLIPSIS
 from ..mlir import func, ir
-from ..pipeline import PassContext, register
+from ..pipeline import PassContext, option, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
 from ..tiling.tiler import Buffer, layout_block, plan_row_tiles
@@ -260,14 +261,19 @@ def _drop_unapplied_hints(module: ir.Module, pc: PassContext) -> None:
         hint.erase()
 
 
-@register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target")
+@dataclass(frozen=True)
+class KernelOptions:
+    target: str = option("cpu", choices=lambda: TARGETS)   # the description to tile for
+    all: bool = False   # a function without groups is itself one kernel
+
+
+@register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target",
+          KernelOptions)
 def tile_kernel(module: ir.Module, pc: PassContext) -> None:
     """Outline each fused group into a kernel function and kernelize it (module docstring).
     With ``all=true`` a function without groups is itself one kernel."""
-    target_name = pc.options.get("target", "cpu")
-    if target_name not in TARGETS:
-        raise TilecError(f"tile-kernel: unknown target '{target_name}'")
-    every = pc.options.get("all") == "true"
+    target_name = pc.options.target
+    every = pc.options.all
     _drop_unapplied_hints(module, pc)
     for fn in list(module.body.operations):
         if fn.operation.name != "func.func" or KERNEL_ATTR in fn.attributes:

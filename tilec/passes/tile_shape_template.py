@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 from ..diagnostics import TilecError
 from ..dialect import (BINDING_ATTR, DISPATCH_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR,
@@ -24,17 +25,22 @@ from ..mlir import func, ir
 from ..pipeline import PassContext, register
 
 MAX_VARIANTS = 64
-OPTIONS = ("no-generic",)
 
 Binding = dict[str, int]
 
 
+@dataclass(frozen=True)
+class ShapeTemplateOptions:
+    no_generic: bool = False   # drop the generic functions, leaving ``generic = ""``
+
+
 @register("tile-shape-template",
-          "clone each templated function per binding and record the dispatch table")
+          "clone each templated function per binding and record the dispatch table",
+          ShapeTemplateOptions)
 def shape_template(module: ir.Module, pc: PassContext) -> None:
     """Specialise every function that has ``tile.templates``; ``no-generic=true`` drops the
     generic functions, leaving ``generic = ""`` in their dispatch entries."""
-    keep_generic = not _no_generic(pc.options)
+    keep_generic = not pc.options.no_generic
     functions = [op for op in module.body.operations if isinstance(op, func.FuncOp)]
     templated = [f for f in functions if TEMPLATES_ATTR in f.attributes]
     if not templated:
@@ -47,17 +53,6 @@ def shape_template(module: ir.Module, pc: PassContext) -> None:
         name = f.name.value  # before _specialise, which may erase f
         table[name] = _specialise(f, taken, keep_generic)
     attrs[DISPATCH_ATTR] = ir.DictAttr.get(table)
-
-
-def _no_generic(options: dict[str, str]) -> bool:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TilecError(f"tile-shape-template has no option '{unknown[0]}'; options: "
-                         + ", ".join(OPTIONS))
-    value = options.get("no-generic", "false")
-    if value not in ("true", "false"):
-        raise TilecError(f"tile-shape-template: no-generic expects true or false, got '{value}'")
-    return value == "true"
 
 
 def bindings_of(f: func.FuncOp) -> list[Binding]:

@@ -3,8 +3,8 @@
 // RUN: not tilec-opt %s -p 'tile-shape-template{no-generic=yes}' 2>&1 | FileCheck %s --check-prefix=OPTION
 // RUN: not tilec-opt %s -p 'tile-shape-template{keep=1}' 2>&1 | FileCheck %s --check-prefix=OPTION-NAME
 
-// OPTION: tilec: error: tile-shape-template: no-generic expects true or false, got 'yes'
-// OPTION-NAME: tilec: error: tile-shape-template has no option 'keep'; options: no-generic
+// OPTION: <pass-pipeline>:1:21: error: tile-shape-template: option 'no-generic' expects true or false, got 'yes'
+// OPTION-NAME: <pass-pipeline>:1:21: error: tile-shape-template has no option 'keep'; options: no-generic
 
 // 5 x 5 x 3 bindings are more than the 64 variants allowed.
 // CHECK: {{.*}}tile-shape-template.mlir:[[# @LINE + 3]]:1: error: shape templates of 'big' make 5 (a) x 5 (b) x 3 (c) = 75 variants; at most 64 are allowed
