@@ -4,7 +4,7 @@ from typing import Any
 
 from .ops import *  # noqa: F401,F403
 from .ops import Tile
-from .types import TensorInfo, tensor_info
+from .types import ELEMENT_BYTES, TensorInfo, tensor_info  # noqa: F401
 from ..mlir import ir, load_dialect, new_context
 
 
@@ -71,3 +71,18 @@ TEMPLATES_ATTR = "tile.templates"
 VARIANT_OF_ATTR = "tile.variant_of"
 BINDING_ATTR = "tile.binding"
 DISPATCH_ATTR = "tile.dispatch"
+
+# Fusion and the kernel level (tile-fuse, tile-cache-hint and tile-kernel set them; the
+# backends and the reference read them):
+#   on a tile.fused op: tile.buffers = array<i64: ...> (the number of each output),
+#     tile.reuse = array<i64: ...> (the buffer each output takes, or -1), tile.cache_hints =
+#     [...] (the cache hint of each input); tile-kernel copies them onto the kernel function
+#     of the group as tile.fused = {tile.buffers = ..., ...}
+#   on a kernel function: tile.kernel = {grid = [...], tile_rows = .., ...} (tile_kernel.py)
+#   on a value a cache_hint pragma names: tile.cache_hint = {level = "L1", name = "x", ...}
+FUSED_ATTR = "tile.fused"
+KERNEL_ATTR = "tile.kernel"
+BUFFERS_ATTR = "tile.buffers"
+REUSE_ATTR = "tile.reuse"
+HINT_ATTR = "tile.cache_hint"
+INPUT_HINTS_ATTR = "tile.cache_hints"

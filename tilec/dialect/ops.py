@@ -15,6 +15,7 @@ Conventions shared by all ops:
   function's return (the numerical contract of language.md).
 """
 
+import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,6 +190,42 @@ class MatmulOp(Tile.Operation, name="matmul", traits=[ext.Pure]):
     lhs: Operand[Tensor]
     rhs: Operand[Tensor]
     res: Result[Tensor] = result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Op facts: what the passes and backends ask of an op, stated once.  Every list of ops by kind
+# (fusion's, the tiler's, each backend's) is derived from these.
+
+
+class OpKind(enum.Enum):
+    ELEMENTWISE = "element-wise"   # each result element from the operands' elements at its index
+    MOVEMENT = "movement"          # moves, repeats or makes elements (constant), no arithmetic
+    REDUCTION = "reduction"        # combines elements along axes (softmax normalises along one)
+    MATMUL = "matmul"              # a contraction over the last two dimensions
+
+
+OP_KINDS: dict[str, OpKind] = {
+    **{n: OpKind.ELEMENTWISE for n in (*UNARY_OPS, *BINARY_OPS, "cmp", "select", "cast")},
+    **{n: OpKind.MOVEMENT for n in ("constant", "broadcast", "slice", "concat", "reshape",
+                                    "transpose")},
+    "reduce": OpKind.REDUCTION,
+    "softmax": OpKind.REDUCTION,
+    "matmul": OpKind.MATMUL,
+}
+"""The kind of each tensor-level op, by name without ``tile.``."""
+
+TRANSCENDENTAL_OPS = frozenset({"exp", "log", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh",
+                                "sin", "cos", "pow"})
+"""The element-wise ops that cost a polynomial or a library call per element: a value of one
+that is read twice is worth keeping rather than computing twice."""
+
+
+def ops_of_kind(kind: OpKind) -> frozenset[str]:
+    """The names (without ``tile.``) of the ops of ``kind``."""
+    return frozenset(n for n, k in OP_KINDS.items() if k is kind)
+
+
+ELEMENTWISE_OPS = ops_of_kind(OpKind.ELEMENTWISE)
 
 
 # ---------------------------------------------------------------------------------------------

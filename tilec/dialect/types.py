@@ -29,6 +29,8 @@ DTYPE_ALIASES = {
 MLIR_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int32": "i32", "bool": "i1"}
 DTYPE_FROM_MLIR = {v: k for k, v in MLIR_DTYPE.items()}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
+"""Bytes of one element of each element type in memory (a mask takes a byte per element)."""
 
 
 def mlir_element_type(dtype: str) -> ir.Type:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dialect import DISPATCH_ATTR, Param, TensorInfo, params_of, tensor_info
+from ..dialect import DISPATCH_ATTR, KERNEL_ATTR, Param, TensorInfo, params_of, tensor_info
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..binding import Binding, BindError, bind
@@ -466,7 +466,7 @@ _HANDLERS["tile.store_row"] = _store_row
 
 def _grid_extents(ev: _Interpreter, func_op: Any) -> list[tuple[int, ...]]:
     """The extents of each grid entry (those of the leading dimensions for '...')."""
-    kernel = ir.DictAttr(func_op.attributes["tile.kernel"])
+    kernel = ir.DictAttr(func_op.attributes[KERNEL_ATTR])
     return [ev.binding.lead or () if d == "..." else (ev.dim(d, func_op),)
             for d in _strings(kernel["grid"])]
 
@@ -474,7 +474,7 @@ def _grid_extents(ev: _Interpreter, func_op: Any) -> list[tuple[int, ...]]:
 def _run_body(ev: _Interpreter, func_op: Any, values: list[Any]) -> list[np.ndarray]:
     """A tensor-level body once, or a kernel-level body once per grid point."""
     block = func_op.regions[0].blocks[0]
-    if "tile.kernel" not in func_op.attributes:
+    if KERNEL_ATTR not in func_op.attributes:
         return ev.block(block, values)
     outs: list[np.ndarray] = []
     for point in itertools.product(*(np.ndindex(*e) for e in _grid_extents(ev, func_op))):

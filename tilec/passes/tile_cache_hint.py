@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnostics import TilecError
-from ..dialect import tensor_info
+from ..dialect import HINT_ATTR, INPUT_HINTS_ATTR, tensor_info
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..dims import ELLIPSIS, Dim, Shape, parse_dim
@@ -39,8 +39,6 @@ from ..mlir import ir
 from ..pipeline import PassContext, register
 
 LEVELS = ("L1", "L2", "UB", "SHARED")  # language.md, pragma cache_hint
-HINT_ATTR = "tile.cache_hint"
-INPUT_HINTS_ATTR = "tile.cache_hints"
 
 
 @register("tile-cache-hint", "turn cache_hint pragmas (tile.hint) into attributes")

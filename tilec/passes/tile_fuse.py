@@ -67,24 +67,19 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..dialect import ops as t
-from ..dialect import tensor_info
+from ..dialect import BUFFERS_ATTR, ELEMENT_BYTES, REUSE_ATTR, tensor_info
 from ..dims import ELLIPSIS, Dim, Shape
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
 
 MAX_RECOMPUTE_OPS = 8
 
-ELEMENTWISE = frozenset(f"tile.{n}" for n in (*t.UNARY_OPS, *t.BINARY_OPS, "cmp", "select",
-                                                 "cast"))
-MOVEMENT = frozenset(f"tile.{n}" for n in ("slice", "concat", "reshape", "broadcast",
-                                            "transpose", "constant"))
-REDUCTIONS = frozenset({"tile.reduce", "tile.softmax"})
-MATMUL = "tile.matmul"
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
+ELEMENTWISE = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.ELEMENTWISE))
+MOVEMENT = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.MOVEMENT))
+REDUCTIONS = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.REDUCTION))
+(MATMUL,) = (f"tile.{n}" for n in t.ops_of_kind(t.OpKind.MATMUL))
 
 GROUP_ATTR = "tile.group"
-BUFFERS_ATTR = "tile.buffers"
-REUSE_ATTR = "tile.reuse"
 
 
 @register("tile-fuse", "partition functions into fused groups (tile.fused), one per kernel")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..diagnostics import TilecError
+from ..dialect import FUSED_ATTR, KERNEL_ATTR
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..dialect.types import tensor_info
@@ -41,9 +42,6 @@ from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
 from ..tiling.tiler import Buffer, layout_block, plan_row_tiles
 from .tile_cache_hint import INPUT_HINTS_ATTR
-
-FUSED_ATTR = "tile.fused"
-KERNEL_ATTR = "tile.kernel"
 
 
 def _i64(v: int) -> ir.IntegerAttr:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..dialect.ops import ELEMENTWISE_OPS
 from ..dialect.types import TensorInfo, tensor_info
 from ..dims import ELLIPSIS, Dim
 from ..mlir import ir
@@ -25,10 +26,7 @@ AxisMap = tuple[int, ...]   # per grid dimension: an axis of the value, or -1 (d
 NONE = -1
 ONE = Dim.const(1)
 
-ELEMENTWISE = {"tile.cmp", "tile.select", "tile.cast"} | {
-    f"tile.{n}" for n in ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid",
-                          "tanh", "relu", "silu", "gelu", "gelu_tanh", "sin", "cos", "add", "sub",
-                          "mul", "div", "max", "min", "pow")}
+ELEMENTWISE = {f"tile.{n}" for n in ELEMENTWISE_OPS}
 
 
 class _Unmappable(Exception):

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..diagnostics import Span, TilecError
-from ..dialect.types import TensorInfo
+from ..dialect.types import ELEMENT_BYTES, TensorInfo
 from ..dims import ELLIPSIS, Dim, parse_dim
 from ..mlir import ir
 from .targets import TargetDesc
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
 ROWS = "rows"
 
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from ...diagnostics import DiagnosticSink, TilecError
+from ...dialect import FUSED_ATTR, HINT_ATTR, INPUT_HINTS_ATTR, KERNEL_ATTR
 from ...dialect.locations import span_of
+from ...dialect.ops import ELEMENTWISE_OPS, OpKind, ops_of_kind
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import ir
@@ -39,17 +41,16 @@ from .source import render_kernel
 from .stream import NotFlat
 from .vector import C_TYPE, compute_kind
 
-KERNEL_ATTR = "tile.kernel"
 SCALAR_OPS = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
               "max": "({1} > {0} ? {1} : {0})", "min": "({1} < {0} ? {1} : {0})",
               "neg": "-{0}"}
 WRAPPING = {"add": "int32_t(uint32_t({0}) + uint32_t({1}))",
             "sub": "int32_t(uint32_t({0}) - uint32_t({1}))",
             "mul": "int32_t(uint32_t({0}) * uint32_t({1}))", "neg": "int32_t(0u - uint32_t({0}))"}
+ROW_WIDE = frozenset(f"tile.{n}" for kind in (OpKind.REDUCTION, OpKind.MATMUL)
+                     for n in ops_of_kind(kind))
+"""The ops whose result needs the whole row computed first: a kernel with one is not flattened."""
 PREDICATES = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-ELEMENTWISE = frozenset({"exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid",
-                         "tanh", "relu", "silu", "gelu", "gelu_tanh", "sin", "cos", "add",
-                         "sub", "mul", "div", "max", "min", "pow", "select", "cast"})
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,12 @@ def cache_hints(fn: Any) -> dict[int, dict[str, Any]]:
     """The cache hint of each argument of a kernel, by position: from ``tile.cache_hints`` of
     its fused group, or (a function that is its own kernel, -O0) its ``arg_attrs``."""
     entries: list[Any] = []
-    if "tile.fused" in fn.attributes:
-        fused = ir.DictAttr(fn.attributes["tile.fused"])
-        if "tile.cache_hints" in fused:
-            entries = list(ir.ArrayAttr(fused["tile.cache_hints"]))
+    if FUSED_ATTR in fn.attributes:
+        fused = ir.DictAttr(fn.attributes[FUSED_ATTR])
+        if INPUT_HINTS_ATTR in fused:
+            entries = list(ir.ArrayAttr(fused[INPUT_HINTS_ATTR]))
     elif "arg_attrs" in fn.attributes:
-        entries = [ir.DictAttr(a)["tile.cache_hint"] if "tile.cache_hint" in ir.DictAttr(a)
+        entries = [ir.DictAttr(a)[HINT_ATTR] if HINT_ATTR in ir.DictAttr(a)
                    else ir.DictAttr.get({}) for a in ir.ArrayAttr(fn.attributes["arg_attrs"])]
     hints = {}
     for k, entry in enumerate(entries):
@@ -121,8 +122,7 @@ class AscendKernel:
         of inputs that several passes over one row read, unless they are known not to fit."""
         ops = {op.operation.name for op in self.fn.regions[0].blocks[0].operations}
         reused = any(h["reused_over"] for h in self.hints.values())
-        flat = bool(self.grid) and not reused and \
-            not ops & {"tile.reduce", "tile.softmax", "tile.matmul"}
+        flat = bool(self.grid) and not reused and not ops & ROW_WIDE
         lowering = self._lower(flat, hints=True, keep=frozenset())
         reread = frozenset(key for key, passes in lowering.passes.items() if passes > 1)
         if reread:
@@ -231,7 +231,7 @@ class _Lowering(Reducer, LayoutOps):
         handler = getattr(self, f"op_{short}", None)
         if handler is not None:
             return handler(op)
-        if short in ELEMENTWISE:
+        if short in ELEMENTWISE_OPS:
             return self.elementwise(op, short)
         raise TilecError(f"ascend backend: cannot lower '{name}'", span_of(op.location))
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
+from ...dialect import ELEMENT_BYTES
 from ...dims import Dim
 from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, concat_parts, numel, row_major
 from . import cxx
@@ -25,7 +26,6 @@ from .plan import Plan
 from .vector import (C_TYPE, Evaluator, Reg, Scalar, SlotPool, Vec, Vector, compute_kind,
                      storage_kind)
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
 
 
 @dataclass(frozen=True)

@@ -204,43 +204,44 @@ class Vector:
         return "-1.0f" if kind == "f32" else "int32_t(-1)"
 
     def unary(self, op: str, x: Vec, dest: Vec) -> None:
-        """``dest = op(x)`` for every float unary built-in (and int32 neg)."""
-        n, d, s = self.n, dest.name, x.name
-        direct = {"exp": "Exp", "log": "Ln", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "abs": "Abs",
-                  "reciprocal": "Reciprocal", "relu": "Relu"}
-        if op in direct:
-            self.emit(f"{direct[op]}({d}, {s}, {n})")
-        elif op == "neg":
-            self.emit(f"Muls({d}, {s}, {self._minus_one(x.kind)}, {n})")
-        elif op == "sigmoid":
-            self.emit(f"Muls({d}, {s}, -1.0f, {n})")
-            self.emit(f"Exp({d}, {d}, {n})")
-            self.emit(f"Adds({d}, {d}, 1.0f, {n})")
-            self.emit(f"Reciprocal({d}, {d}, {n})")
-        elif op == "silu":
-            self._silu(x, x, dest)
-        elif op == "tanh":
-            self.emit(f"Muls({d}, {s}, 2.0f, {n})")
-            self.emit(f"Mins({d}, {d}, {f32(2 * TANH_CLAMP)}, {n})")
-            self.emit(f"Exp({d}, {d}, {n})")
-            self.emit(f"Adds({d}, {d}, 1.0f, {n})")
-            self.emit(f"Reciprocal({d}, {d}, {n})")
-            self.emit(f"Muls({d}, {d}, -2.0f, {n})")
-            self.emit(f"Adds({d}, {d}, 1.0f, {n})")
-        elif op == "gelu":
-            self._gelu(x, dest)
-        elif op == "gelu_tanh":
-            u = self.temp("f32")           # 2 sqrt(2/pi) (x + 0.044715 x^3)
-            self.emit(f"Mul({u.name}, {s}, {s}, {n})")
-            self.emit(f"Muls({u.name}, {u.name}, {f32(GELU_TANH * 0.044715)}, {n})")
-            self.emit(f"Adds({u.name}, {u.name}, {f32(GELU_TANH)}, {n})")
-            self.emit(f"Mul({u.name}, {u.name}, {s}, {n})")
-            self._silu(x, u, dest)
-            self.release(u)
-        elif op in ("sin", "cos"):
-            self._sin_cos(x, dest, op == "cos")
+        """``dest = op(x)`` for every float unary built-in (and int32 neg): one Ascend C call
+        (:data:`UNARY_CALLS`) or a composition (:data:`UNARY_COMPOSED`)."""
+        if op in UNARY_CALLS:
+            self.emit(f"{UNARY_CALLS[op]}({dest.name}, {x.name}, {self.n})")
+        elif op in UNARY_COMPOSED:
+            UNARY_COMPOSED[op](self, x, dest)
         else:
             raise AssertionError(f"no vector code for {op}")
+
+    def _neg(self, x: Vec, dest: Vec) -> None:
+        self.emit(f"Muls({dest.name}, {x.name}, {self._minus_one(x.kind)}, {self.n})")
+
+    def _sigmoid(self, x: Vec, dest: Vec) -> None:
+        n, d, s = self.n, dest.name, x.name
+        self.emit(f"Muls({d}, {s}, -1.0f, {n})")
+        self.emit(f"Exp({d}, {d}, {n})")
+        self.emit(f"Adds({d}, {d}, 1.0f, {n})")
+        self.emit(f"Reciprocal({d}, {d}, {n})")
+
+    def _tanh(self, x: Vec, dest: Vec) -> None:
+        n, d, s = self.n, dest.name, x.name
+        self.emit(f"Muls({d}, {s}, 2.0f, {n})")
+        self.emit(f"Mins({d}, {d}, {f32(2 * TANH_CLAMP)}, {n})")
+        self.emit(f"Exp({d}, {d}, {n})")
+        self.emit(f"Adds({d}, {d}, 1.0f, {n})")
+        self.emit(f"Reciprocal({d}, {d}, {n})")
+        self.emit(f"Muls({d}, {d}, -2.0f, {n})")
+        self.emit(f"Adds({d}, {d}, 1.0f, {n})")
+
+    def _gelu_tanh(self, x: Vec, dest: Vec) -> None:
+        n, s = self.n, x.name
+        u = self.temp("f32")           # 2 sqrt(2/pi) (x + 0.044715 x^3)
+        self.emit(f"Mul({u.name}, {s}, {s}, {n})")
+        self.emit(f"Muls({u.name}, {u.name}, {f32(GELU_TANH * 0.044715)}, {n})")
+        self.emit(f"Adds({u.name}, {u.name}, {f32(GELU_TANH)}, {n})")
+        self.emit(f"Mul({u.name}, {u.name}, {s}, {n})")
+        self._silu(x, u, dest)
+        self.release(u)
 
     def _silu(self, x: Vec, u: Vec, dest: Vec) -> None:
         """``dest = x * sigmoid(u)`` as ``x / (1 + exp(-u))``."""
@@ -579,24 +580,58 @@ class Evaluator:
         return dest
 
     def _apply(self, node: Map, regs: list[Reg], dest: Vec) -> None:
-        v, op = self.vector, node.op
-        if op in BINARY:
-            a, b = regs
-            v.binary(op, a, b, dest)
-        elif op == "pow":
-            base = v.tensor(regs[0])
-            v.power(base, regs[1], dest)
-            if base is not regs[0]:
-                v.release(base)
-        elif op == "select":
-            v.select(regs[0], regs[1], regs[2], compute_kind(node.dtype), dest)
-        elif op == "cast":
-            x = v.tensor(regs[0])
-            v.convert(x, node.operands[0].dtype, node.dtype, dest)
-            if x is not regs[0]:
-                v.release(x)
-        else:
-            x = v.tensor(regs[0])
-            v.unary(op, x, dest)
-            if x is not regs[0]:
-                v.release(x)
+        apply = MAP_APPLY.get(node.op, Evaluator._unary)
+        apply(self, node, regs, dest)
+
+    def _binary(self, node: Map, regs: list[Reg], dest: Vec) -> None:
+        a, b = regs
+        self.vector.binary(node.op, a, b, dest)
+
+    def _power(self, node: Map, regs: list[Reg], dest: Vec) -> None:
+        v = self.vector
+        base = v.tensor(regs[0])
+        v.power(base, regs[1], dest)
+        if base is not regs[0]:
+            v.release(base)
+
+    def _select(self, node: Map, regs: list[Reg], dest: Vec) -> None:
+        self.vector.select(regs[0], regs[1], regs[2], compute_kind(node.dtype), dest)
+
+    def _cast(self, node: Map, regs: list[Reg], dest: Vec) -> None:
+        v = self.vector
+        x = v.tensor(regs[0])
+        v.convert(x, node.operands[0].dtype, node.dtype, dest)
+        if x is not regs[0]:
+            v.release(x)
+
+    def _unary(self, node: Map, regs: list[Reg], dest: Vec) -> None:
+        v = self.vector
+        x = v.tensor(regs[0])
+        v.unary(node.op, x, dest)
+        if x is not regs[0]:
+            v.release(x)
+
+
+UNARY_CALLS = {"exp": "Exp", "log": "Ln", "sqrt": "Sqrt", "rsqrt": "Rsqrt", "abs": "Abs",
+               "reciprocal": "Reciprocal", "relu": "Relu"}
+"""The unary built-ins that are one Ascend C vector call."""
+
+UNARY_COMPOSED: dict[str, Callable[[Vector, Vec, Vec], None]] = {
+    "neg": Vector._neg,
+    "sigmoid": Vector._sigmoid,
+    "silu": lambda v, x, dest: v._silu(x, x, dest),
+    "tanh": Vector._tanh,
+    "gelu": Vector._gelu,
+    "gelu_tanh": Vector._gelu_tanh,
+    "sin": lambda v, x, dest: v._sin_cos(x, dest, False),
+    "cos": lambda v, x, dest: v._sin_cos(x, dest, True),
+}
+"""The unary built-ins composed of several calls."""
+
+MAP_APPLY: dict[str, Callable[[Evaluator, Map, list[Reg], Vec], None]] = {
+    **{op: Evaluator._binary for op in BINARY},
+    "pow": Evaluator._power,
+    "select": Evaluator._select,
+    "cast": Evaluator._cast,
+}
+"""How the evaluator computes a map of each op that is not unary (:meth:`Evaluator._unary`)."""

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 import jinja2
 
 from ... import __version__
-from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR,
-                        params_of, tensor_info)
+from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, KERNEL_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
+                        VARIANT_OF_ATTR, params_of, tensor_info)
 from ...dims import ELLIPSIS
 from ...mlir import ir
 from .backend import HostTarget
@@ -265,7 +265,7 @@ def _name_abi(entry: Entry) -> None:
 def _kernels(module: Any) -> dict[str, Kernel]:
     out: dict[str, Kernel] = {}
     for name, fn in functions_of(module).items():
-        if "tile.kernel" in fn.attributes:
+        if KERNEL_ATTR in fn.attributes:
             buffers = len(fn.type.inputs) + len(fn.type.results)
             out[name] = Kernel(len(out), f"_mlir_ciface_{name}", buffers)
     return out

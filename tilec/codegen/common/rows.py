@@ -20,6 +20,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...diagnostics import TilecError
 from ...dialect.locations import span_of
+from ...dialect import KERNEL_ATTR
+from ...dialect.ops import ELEMENTWISE_OPS
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import arith, ir, scf
@@ -29,12 +31,9 @@ from .scalar import (Num, bitcast, const, f32, i16, i32, i64, index, select, to_
 from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, map_sizes,
                      numel, reindex, row_major)
 
-KERNEL_ATTR = "tile.kernel"
-
 STORAGE = {"float16": ir.F16Type.get, "bfloat16": ir.BF16Type.get, "float32": f32,
            "int32": i32}
 SCRATCH = {"f32": "float32", "i32": "int32"}
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
 
 
 def argument_storage(info: TensorInfo) -> str:
@@ -495,10 +494,6 @@ def _small_power(base: Lazy, exponent: Lazy) -> Optional[Lazy]:
     square = Map("mul", (base, base), base.sizes, base.dtype)
     return square if c == 2.0 else Map("mul", (square, base), base.sizes, base.dtype)
 
-
-ELEMENTWISE_OPS = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid", "tanh",
-                   "relu", "silu", "gelu", "gelu_tanh", "sin", "cos", "add", "sub", "mul", "div",
-                   "max", "min", "pow", "select", "cast")
 
 _HANDLERS: dict[str, str] = {
     "tile.load_row": "load_row",

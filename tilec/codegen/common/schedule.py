@@ -30,12 +30,12 @@ from math import lcm
 from typing import Any
 
 from ...diagnostics import TilecError
-from ...dialect import Param, tensor_info
+from ...dialect import (BUFFERS_ATTR, ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR, Param,
+                       tensor_info)
 from ...dialect.locations import span_of
 from ...dims import ELLIPSIS, Dim, parse_dim
 from ...mlir import ir
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4}
 STORAGE_C = {"float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "int32": "int32_t"}
 ONE = "INT64_C(1)"
 
@@ -258,7 +258,7 @@ class ImplBuilder:
 
     def calls(self, ops: list[Any], args: list[Any], results: list[Any]) -> list[tuple]:
         """(kernel function, operands, results) of each launch, in order."""
-        if "tile.kernel" in self.fn.attributes:      # -O0: the function is its own kernel
+        if KERNEL_ATTR in self.fn.attributes:      # -O0: the function is its own kernel
             return [(self.fn, args, results)]
         calls = []
         for op in ops:
@@ -292,10 +292,10 @@ class ImplBuilder:
         slots = 0
         for kernel_fn, _, outs in calls:
             numbers = reuse = [-1] * len(outs)
-            if "tile.fused" in kernel_fn.attributes:
-                fused = ir.DictAttr(kernel_fn.attributes["tile.fused"])
-                numbers = [int(x) for x in ir.DenseI64ArrayAttr(fused["tile.buffers"])]
-                reuse = [int(x) for x in ir.DenseI64ArrayAttr(fused["tile.reuse"])]
+            if FUSED_ATTR in kernel_fn.attributes:
+                fused = ir.DictAttr(kernel_fn.attributes[FUSED_ATTR])
+                numbers = [int(x) for x in ir.DenseI64ArrayAttr(fused[BUFFERS_ATTR])]
+                reuse = [int(x) for x in ir.DenseI64ArrayAttr(fused[REUSE_ATTR])]
             for v, number, taken in zip(outs, numbers, reuse):
                 value_of_buffer[number] = v
                 if v in where:
@@ -320,7 +320,7 @@ class ImplBuilder:
     def launch(self, kernel_fn: Any, operands: list[Any], outs: list[Any], where: dict,
                scalar: dict, allocs: list[tuple[int, str]], frees: list[int]) -> Launch:
         name = name_of(kernel_fn)
-        attrs = ir.DictAttr(kernel_fn.attributes["tile.kernel"])
+        attrs = ir.DictAttr(kernel_fn.attributes[KERNEL_ATTR])
         staged, memrefs, traffic = [], [], ""
         for v in operands + outs:
             info = tensor_info(v.type)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
+from ...dialect.ops import TRANSCENDENTAL_OPS
 from ...dialect.types import FLOAT_DTYPES
 from ...dims import Dim
 from ...mlir import ir
@@ -29,10 +30,6 @@ from .scalar import Num
 
 LEAD = "..."
 """The symbol naming the product of the ``...`` extents."""
-
-TRANSCENDENTAL = frozenset({"exp", "log", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh",
-                            "sin", "cos", "pow"})
-"""Ops worth materialising a value for rather than computing them twice."""
 
 ONE = Dim.const(1)
 ZERO = Dim.const(0)
@@ -94,7 +91,7 @@ class Map:
 
     @property
     def expensive(self) -> bool:
-        return self.op.partition(".")[0] in TRANSCENDENTAL or any(_expensive(x)
+        return self.op.partition(".")[0] in TRANSCENDENTAL_OPS or any(_expensive(x)
                                                                    for x in self.operands)
 
 

@@ -48,13 +48,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from ...dialect import ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR
 from ...dialect.types import FLOAT_DTYPES, TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import arith, func, ir, llvm, memref, scf
 from ..common.layout import grid_dim, shape_of
-from ..common.rows import (ELEMENT_BYTES, STORAGE, SCRATCH, RowLowering, UnaryTable, apply,
-                           argument_storage, grid_point, kernel_target, narrow,
-                           next_grid_point, reduced_sizes, round_to, spread, widen)
+from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
+                           grid_point, kernel_target, narrow, next_grid_point, reduced_sizes,
+                           round_to, spread, widen)
 from ..common.scalar import (Num, bitcast, const, f32, fabs, i16, i32, i64, index, multiply_add,
                              select, sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
@@ -95,8 +96,6 @@ STREAM_BLOCK_BYTES = 1024
 # Shorter rows do not stream: their partial lines at either end, written the ordinary way,
 # and the copy's set-up would cost more than the whole lines save (rope's rows of 128 lost 2x).
 STREAM_MIN_ROW_BYTES = 2048
-FUSED_ATTR = "tile.fused"
-REUSE_ATTR = "tile.reuse"
 
 
 @dataclass(frozen=True)
@@ -215,7 +214,7 @@ class _Kernel(RowLowering):
         # output number -> where the base of its row's place in the output is kept until the
         # next row streams that row out (:meth:`deferred_stream`)
         self.deferred: dict[int, ir.Value] = {}
-        kernel = ir.DictAttr(fn.attributes["tile.kernel"])
+        kernel = ir.DictAttr(fn.attributes[KERNEL_ATTR])
         # the tile's two-dimensional block (rows, elements), and while a block's row is
         # lowered, the range of its elements that the row's store writes
         self.block = tuple(ir.DenseI64ArrayAttr(kernel["block"])) if "block" in kernel \

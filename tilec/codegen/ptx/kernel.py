@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...diagnostics import TilecError
+from ...dialect import ELEMENT_BYTES, FUSED_ATTR, INPUT_HINTS_ATTR, REUSE_ATTR
 from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
@@ -50,8 +51,8 @@ from ...mlir import gpu, ir, llvm
 from ...mlir import math as mmath
 from ...mlir import scf
 from ..common.layout import grid_dim, shape_of
-from ..common.rows import (ELEMENT_BYTES, SCRATCH, STORAGE, RowLowering, UnaryTable, apply,
-                           grid_point, kernel_target, narrow, next_grid_point,
+from ..common.rows import (SCRATCH, STORAGE, RowLowering, UnaryTable, apply, grid_point,
+                           kernel_target, narrow, next_grid_point,
                            reduced_sizes, round_to, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
@@ -185,10 +186,10 @@ class _Lowering(RowLowering):
         self.next_keys: list[Num] = []
         self.staged: dict[int, int] = {}      # argument number -> its hint's key index
         self.tid = self.threads = self.slot_base = self.shared_base = self.offset = None
-        fused = ir.DictAttr(fn.attributes["tile.fused"]) if "tile.fused" in fn.attributes \
+        fused = ir.DictAttr(fn.attributes[FUSED_ATTR]) if FUSED_ATTR in fn.attributes \
             else None
-        self.hints = [ir.DictAttr(h) for h in fused["tile.cache_hints"]] \
-            if fused is not None and "tile.cache_hints" in fused else []
+        self.hints = [ir.DictAttr(h) for h in fused[INPUT_HINTS_ATTR]] \
+            if fused is not None and INPUT_HINTS_ATTR in fused else []
         self.evict_last = frozenset(number for number, hint in enumerate(self.hints)
                                     if "level" in hint and
                                     ir.StringAttr(hint["level"]).value == EVICT_LAST_LEVEL)
@@ -249,10 +250,10 @@ class _Lowering(RowLowering):
         """Whether an output may take the buffer of an input (tile-fuse's ``tile.reuse``):
         then no buffer is marked ``noalias`` (which lets reads go through the read-only
         cache)."""
-        if "tile.fused" not in self.fn.attributes:
+        if FUSED_ATTR not in self.fn.attributes:
             return False
-        fused = ir.DictAttr(self.fn.attributes["tile.fused"])
-        return "tile.reuse" in fused and any(int(x) >= 0 for x in fused["tile.reuse"])
+        fused = ir.DictAttr(self.fn.attributes[FUSED_ATTR])
+        return REUSE_ATTR in fused and any(int(x) >= 0 for x in fused[REUSE_ATTR])
 
     def _row_elements(self) -> Dim:
         block = self.fn.regions[0].blocks[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ...diagnostics import Span, TilecError
-from ...dialect.ops import UNARY_OPS
+from ...dialect.ops import REDUCE_KINDS, UNARY_OPS
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim, Shape
 from .. import ast
@@ -19,7 +19,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], dict]] = {
     "where": (("mask", "a", "b"), {}),
     "cast": (("x", "dtype"), {}),
     **{f"reduce_{k}": (("x", "axes", "keepdims"), {"keepdims": True})
-       for k in ("sum", "mean", "max", "min", "var")},
+       for k in REDUCE_KINDS},
     "normalize": (("x", "mean", "var", "eps"), {"eps": 1e-5}),
     "softmax": (("x", "axis"), {"axis": -1}),
     "transpose": (("x", "perm"), {}),
