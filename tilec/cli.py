@@ -273,8 +273,21 @@ def split_input(text: str) -> list[str]:
     return chunks
 
 
+def _passes_epilog() -> str:
+    """The tilec passes, each with its summary and options (the registry's)."""
+    from .pipeline import REGISTRY, options_help
+
+    lines = ["tilec passes (PASS{option=value ...}; or any upstream MLIR pass):"]
+    for name, info in sorted(REGISTRY.items()):
+        lines.append(f"  {name:<22}{info.summary}")
+        if options_help(info):
+            lines.append(f"  {'':<22}options: {options_help(info)}")
+    return "\n".join(lines)
+
+
 def _opt_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tilec-opt", description="Run passes on tile IR and print the result.")
+    p = _Parser(prog="tilec-opt", description="Run passes on tile IR and print the result.",
+                epilog=_passes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="tile IR (.mlir), or - for stdin")
     p.add_argument("-p", "--passes", default="", help="PASS[,PASS...]")
     p.add_argument("-o", dest="output")

@@ -214,6 +214,21 @@ def _value(pass_name: str, key: str, text: str | None, kind: type,
     return text
 
 
+def options_help(info: PassInfo) -> str:
+    """The options of ``info`` as ``name=VALUES (default D)``, separated by commas ("" when it
+    takes none): what ``tilec-opt --help`` lists."""
+    kinds = typing.get_type_hints(info.options)
+    out = []
+    for f in dataclasses.fields(info.options):
+        kind, choices = kinds[f.name], f.metadata.get("choices")
+        values = "|".join(choices()) if choices else "true|false" if kind is bool else \
+            kind.__name__.upper()
+        default = str(f.default).lower() if kind is bool else f.default if f.default != "" \
+            else '""'
+        out.append(f"{f.name.replace('_', '-')}={values} (default {default})")
+    return ", ".join(out)
+
+
 def with_options(steps: Sequence[Step], name: str, **values: Any) -> list[Step]:
     """``steps`` with ``values`` (field names) set in the options of each run of pass
     ``name``."""

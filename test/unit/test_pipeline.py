@@ -11,7 +11,8 @@ from tilec import passes  # noqa: F401  (registers the tilec passes)
 from tilec.diagnostics import TilecError
 from tilec.mlir import ir
 from tilec.pipeline import (PIPELINE_FILE, REGISTRY, NoOptions, PassContext, PassInfo,
-                            option, parse_pipeline, register, run_pipeline, with_options)
+                            option, options_help, parse_pipeline, register, run_pipeline,
+                            with_options)
 
 
 @dataclass(frozen=True)
@@ -124,3 +125,24 @@ def test_options_must_be_a_frozen_dataclass_of_plain_types() -> None:
     with pytest.raises(TypeError, match="Floaty.scale is <class 'float'>, not bool, int or str"):
         register("bad-float", "", Floaty)
     assert "bad-mutable" not in REGISTRY and "bad-float" not in REGISTRY
+
+
+def test_options_help_says_each_option_its_values_and_default() -> None:
+    toy = PassInfo("toy", lambda module, pc: None, "", ToyOptions)
+    assert options_help(toy) == ("rounds=INT (default 1), mode=fast|slow (default fast), "
+                                 'label=STR (default ""), dry-run=true|false (default false)')
+    assert options_help(REGISTRY["tile-fuse"]) == ""
+
+
+def test_tilec_opt_help_lists_the_passes_with_their_options(capsys) -> None:
+    from tilec.cli import opt_main
+
+    with pytest.raises(SystemExit) as done:
+        opt_main(["--help"])
+    assert done.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("tilec passes (PASS{option=value ...}; or any upstream MLIR pass):")
+    assert lines[at + 1].split()[0] == "tile-cache-hint"
+    kernel = next(i for i, line in enumerate(lines) if line.split()[:1] == ["tile-kernel"])
+    assert lines[kernel + 1].split() == ["options:", "target=cpu|ascend|ptx", "(default", "cpu),",
+                                         "all=true|false", "(default", "false)"]
