@@ -121,11 +121,6 @@ def _pieces(whole: _Piece) -> list[_Piece]:
     return parts
 
 
-def split_top_level(text: str) -> list[str]:
-    """The elements of a pipeline's top level, stripped."""
-    return [piece.text for piece in _pieces(_Piece(text, 0))]
-
-
 Step = tuple[str, object]  # ("tilec", (PassInfo, options)) | ("upstream", text)
 MODULE_PREFIX = "builtin.module("
 
