@@ -35,10 +35,11 @@ QEMU_V3_CPU = ["-cpu", "Haswell"]
 
 
 @functools.lru_cache(maxsize=None)
-def _runtime_library() -> str:
+def runtime_library() -> str:
+    """The C runtime alone, built once per process (warnings are errors)."""
     path = Path(tempfile.mkdtemp(prefix="tilec-runtime-")) / "runtime.so"
-    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-fPIC", "-shared", "-pthread", "-o",
-                    str(path), str(RUNTIME_C)], check=True)
+    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-fPIC", "-shared", "-pthread",
+                    "-Wall", "-Wextra", "-Werror", "-o", str(path), str(RUNTIME_C)], check=True)
     return str(path)
 
 
@@ -54,7 +55,7 @@ def cpu_level(tilec_cpu: str | None = None) -> int:
         if tilec_cpu:
             env["TILEC_CPU"] = tilec_cpu
     probe = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).tilec_cpu_level())"
-    done = subprocess.run([sys.executable, "-c", probe, _runtime_library()], env=env,
+    done = subprocess.run([sys.executable, "-c", probe, runtime_library()], env=env,
                           capture_output=True, text=True, check=True)
     return int(done.stdout)
 

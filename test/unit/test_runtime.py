@@ -12,13 +12,11 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import OPS, QEMU, QEMU_V3_CPU, cpu_level, has_avx512
+from conftest import OPS, QEMU, QEMU_V3_CPU, cpu_level, has_avx512, runtime_library
 
 import tilec
 from tilec.cli import main
 from tilec.harness.numerics import assert_close
-
-RUNTIME = Path(tilec.__file__).parent / "runtime"
 
 
 @pytest.fixture(scope="module")
@@ -298,12 +296,8 @@ def test_the_loader_imports_neither_compiler_nor_mlir(libs) -> None:
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    path = tmp_path_factory.mktemp("runtime") / "runtime.so"
-    subprocess.run([os.environ.get("CC") or "cc", "-O2", "-fPIC", "-shared", "-pthread",
-                    "-Wall", "-Wextra", "-Werror", "-o", str(path),
-                    str(RUNTIME / "cpu_runtime.c")], check=True)
-    return ctypes.CDLL(str(path))
+def runtime() -> ctypes.CDLL:
+    return ctypes.CDLL(runtime_library())
 
 
 ROWS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)

@@ -216,20 +216,24 @@ class Vector:
     def _neg(self, x: Vec, dest: Vec) -> None:
         self.emit(f"Muls({dest.name}, {x.name}, {self._minus_one(x.kind)}, {self.n})")
 
-    def _sigmoid(self, x: Vec, dest: Vec) -> None:
-        n, d, s = self.n, dest.name, x.name
-        self.emit(f"Muls({d}, {s}, -1.0f, {n})")
+    def _one_over_one_plus_exp(self, x: Vec, dest: Vec, scale: str,
+                               clamp: str | None = None) -> None:
+        """``dest = 1 / (1 + exp(min(scale * x, clamp)))``."""
+        n, d = self.n, dest.name
+        self.emit(f"Muls({d}, {x.name}, {scale}, {n})")
+        if clamp is not None:
+            self.emit(f"Mins({d}, {d}, {clamp}, {n})")
         self.emit(f"Exp({d}, {d}, {n})")
         self.emit(f"Adds({d}, {d}, 1.0f, {n})")
         self.emit(f"Reciprocal({d}, {d}, {n})")
 
+    def _sigmoid(self, x: Vec, dest: Vec) -> None:
+        self._one_over_one_plus_exp(x, dest, "-1.0f")
+
     def _tanh(self, x: Vec, dest: Vec) -> None:
-        n, d, s = self.n, dest.name, x.name
-        self.emit(f"Muls({d}, {s}, 2.0f, {n})")
-        self.emit(f"Mins({d}, {d}, {f32(2 * TANH_CLAMP)}, {n})")
-        self.emit(f"Exp({d}, {d}, {n})")
-        self.emit(f"Adds({d}, {d}, 1.0f, {n})")
-        self.emit(f"Reciprocal({d}, {d}, {n})")
+        """``1 - 2 / (1 + exp(2x))``, the exponent clamped."""
+        self._one_over_one_plus_exp(x, dest, "2.0f", f32(2 * TANH_CLAMP))
+        n, d = self.n, dest.name
         self.emit(f"Muls({d}, {d}, -2.0f, {n})")
         self.emit(f"Adds({d}, {d}, 1.0f, {n})")
 
