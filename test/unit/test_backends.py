@@ -103,7 +103,7 @@ def test_no_target_name_is_compared_outside_the_backends() -> None:
     allowed = [REPO / "tilec" / "codegen" / name for name in ("cpu", "ptx", "ascendc")]
     allowed.append(REPO / "tilec" / "codegen" / "registry.py")
     found = [f"{path.relative_to(REPO)}: {line.strip()}"
-             for path in sorted((REPO / "tilec").rglob("*.py"))
+             for pattern in ("*.py", "*.j2") for path in sorted((REPO / "tilec").rglob(pattern))
              if not any(path == a or a in path.parents for a in allowed)
              for line in path.read_text().splitlines() if TARGET_NAME.search(line)]
     assert found == []
@@ -112,5 +112,6 @@ def test_no_target_name_is_compared_outside_the_backends() -> None:
 def test_the_target_name_pattern_finds_a_comparison() -> None:
     assert TARGET_NAME.search('    if options.target == "ascend-sim":')
     assert TARGET_NAME.search('host_memory = target in ("cpu", "ascend-sim")')
+    assert TARGET_NAME.search('{% elif target == "ptx" %}')
     assert not TARGET_NAME.search('TargetDesc("cpu", cores=0)')
     assert not TARGET_NAME.search('if torch_tensor(value) and value.device.type == "cpu":')

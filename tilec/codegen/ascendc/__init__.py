@@ -104,7 +104,7 @@ class AscendBackend(Backend):
         described = {k.name: Kernel(i, k.entry, len(k.buffers)) for i, k in enumerate(kernels)}
         host = generate(self.module, name=job.name, source=job.source, arch=arch,
                         test_break=job.test_break, device=DeviceCode(b"", "", described),
-                        target=HostTarget(target, host_memory=target == SIM,
+                        target=HostTarget(target, __name__, host_memory=target == SIM,
                                           api="tilec_ascend"))
         return Sources(job.name, host, kernel_file, launch)
 

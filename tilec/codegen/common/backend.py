@@ -68,11 +68,14 @@ class BackendOptions:
 @dataclass(frozen=True)
 class HostTarget:
     """What the host code of a backend's target differs in: the ``--target`` name (the
-    templates' and the metadata's), whether buffers are host memory (where ``test_break``
-    applies), the prefix of the device API the host code calls (alloc, free, copy, launch; ""
-    when kernels run in the library itself), and the exports beyond the entries'."""
+    templates' and the metadata's), the package whose ``templates/`` hold its ``host.c.j2`` and
+    ``header.h.j2`` (each extends ``common/`` of the same name, filling its blocks), whether
+    buffers are host memory (where ``test_break`` applies), the prefix of the device API the
+    host code calls (alloc, free, copy, launch; "" when kernels run in the library itself), and
+    the exports beyond the entries'."""
 
     name: str
+    templates: str
     host_memory: bool
     api: str = ""
     exports: tuple[str, ...] = ()

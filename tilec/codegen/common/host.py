@@ -18,6 +18,7 @@ with C, C++ or Ascend C names (or with each other) get a ``_`` suffix.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import textwrap
@@ -36,10 +37,16 @@ from .schedule import (Impl, ImplBuilder, Kernel, Param, c_string, failure, func
                        strings, with_values)
 
 METADATA_FORMAT = 1
-TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("tilec.codegen.common", "templates"),
-    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-    keep_trailing_newline=True)
+@functools.cache
+def _templates(package: str) -> jinja2.Environment:
+    """The host templates of a backend's ``package``: its own as ``backend/``, extending the
+    shared ones as ``common/``."""
+    return jinja2.Environment(
+        loader=jinja2.PrefixLoader({
+            "common": jinja2.PackageLoader("tilec.codegen.common", "templates"),
+            "backend": jinja2.PackageLoader(package, "templates")}),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True)
 
 # Names a generated identifier must not take: C and C++ keywords, Ascend C's types and
 # qualifiers, what <stdint.h>/<stddef.h> define, and C library functions that a library or
@@ -350,7 +357,7 @@ def generate(module: Any, *, name: str, source: str, arch: str, target: HostTarg
     context = {
         "entries": entries, "kernels": list(kernels.values()), "version": __version__,
         "source": source, "name": name, "arch": arch, "target": target.name,
-        "api": target.api,
+        "api": target.api, "host_memory": target.host_memory,
         "guard": re.sub(r"\W", "_", name).upper(),
         "metadata_lines": [c_string(chunk) for chunk in textwrap.wrap(
             json.dumps(meta, sort_keys=True), 92, expand_tabs=False, replace_whitespace=False,
@@ -367,5 +374,6 @@ def generate(module: Any, *, name: str, source: str, arch: str, target: HostTarg
     exports = [e.c_name for e in entries] + ["tilec_last_error", "tilec_record_error",
                                              "tilec_metadata"]
     exports += target.exports
-    return HostCode(TEMPLATES.get_template("host.c.j2").render(context),
-                    TEMPLATES.get_template("header.h.j2").render(context), meta, exports)
+    templates = _templates(target.templates)
+    return HostCode(templates.get_template("backend/host.c.j2").render(context),
+                    templates.get_template("backend/header.h.j2").render(context), meta, exports)

@@ -47,7 +47,8 @@ class CpuBackend(Backend):
                  "has it), x86-64-v3, x86-64-v4 or native (tune for this machine)")
     description = TARGETS["cpu"]
     Options = Options
-    host = HostTarget("cpu", host_memory=True, exports=("tilec_num_threads", "tilec_cpu_code"))
+    host = HostTarget("cpu", __name__, host_memory=True,
+                      exports=("tilec_num_threads", "tilec_cpu_code"))
     stages = (
         Stage("llvm", Output.TEXT, "kernel", "optimise", text=_llvm_text),
         Stage("obj", Output.BINARY, "llvm", "object", suffix=".o"),

@@ -59,7 +59,8 @@ class PtxBackend(Backend):
     arch_help = "ptx: sm_80, sm_90 (default), sm_90a"
     description = TARGETS["ptx"]
     Options = Options
-    host = HostTarget("ptx", host_memory=False, api="tilec_cuda", exports=DEVICE_EXPORTS)
+    host = HostTarget("ptx", __name__, host_memory=False, api="tilec_cuda",
+                      exports=DEVICE_EXPORTS)
     stages = (
         Stage("gpu", Output.TEXT, "kernel", "lower", text=lambda v: str(v[0])),
         Stage("nvvm", Output.TEXT, "gpu", "nvvm", text=lambda v: str(v[0])),
