@@ -4,7 +4,7 @@ from typing import Any
 
 from .ops import *  # noqa: F401,F403
 from .ops import Tile
-from .types import ELEMENT_BYTES, TensorInfo, tensor_info  # noqa: F401
+from .types import ELEMENT_BYTES, TensorInfo, stored_dtype, tensor_info  # noqa: F401
 from ..mlir import ir, load_dialect, new_context
 
 

@@ -31,6 +31,15 @@ DTYPE_FROM_MLIR = {v: k for k, v in MLIR_DTYPE.items()}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "bool": 1}
 """Bytes of one element of each element type in memory (a mask takes a byte per element)."""
+STORED_DTYPE = {"float16": "float32", "bfloat16": "float32"}
+"""The element type a kernel stores a value of each narrow float type in when another kernel
+reads it (language.md, numerical contract: such a value is no ``return`` and keeps at least
+float32 precision); other types are stored as they are."""
+
+
+def stored_dtype(dtype: str) -> str:
+    """The element type of a buffer that passes a value of ``dtype`` between kernels."""
+    return STORED_DTYPE.get(dtype, dtype)
 
 
 def mlir_element_type(dtype: str) -> ir.Type:

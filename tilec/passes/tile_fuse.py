@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..dialect import ops as t
-from ..dialect import BUFFERS_ATTR, ELEMENT_BYTES, REUSE_ATTR, tensor_info
+from ..dialect import BUFFERS_ATTR, ELEMENT_BYTES, REUSE_ATTR, stored_dtype, tensor_info
 from ..dims import ELLIPSIS, Dim, Shape
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
@@ -505,9 +505,10 @@ def _reduced(shape: Shape, axes: Sequence[int]) -> tuple[Shape, Shape]:
 
 
 def _bytes(node: Node) -> Dim:
-    """The byte size of a value, ``...`` standing for the product of the leading dims."""
+    """The byte size of the buffer of an intermediate value (float16/bfloat16 stored as
+    float32, see tile-kernel), ``...`` standing for the product of the leading dims."""
     info = tensor_info(node.type)
-    size = Dim.const(ELEMENT_BYTES[info.dtype])
+    size = Dim.const(ELEMENT_BYTES[stored_dtype(info.dtype)])
     for d in info.shape:
         size = size * (Dim.sym(ELLIPSIS) if d == ELLIPSIS else d)
     return size

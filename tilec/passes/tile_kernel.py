@@ -34,7 +34,7 @@ from ..diagnostics import TilecError
 from ..dialect import FUSED_ATTR, KERNEL_ATTR
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
-from ..dialect.types import tensor_info
+from ..dialect.types import TensorInfo, stored_dtype, tensor_info
 from ..dims import ELLIPSIS
 from ..mlir import func, ir
 from ..pipeline import PassContext, option, register
@@ -113,8 +113,10 @@ def _erase_dead(block: Any) -> None:
             op.erase()
 
 
-def kernelize(fn: Any, target: TargetDesc) -> None:
-    """Rewrite the body of ``fn`` (one fused group) into kernel-level IR for ``target``."""
+def kernelize(fn: Any, target: TargetDesc, wide: "Widened | None" = None) -> None:
+    """Rewrite the body of ``fn`` (one fused group) into kernel-level IR for ``target``;
+    ``wide`` names the arguments and results that :func:`widen` stores as float32."""
+    wide = wide or Widened()
     block = fn.regions[0].blocks[0]
     _erase_dead(block)
     ret = list(block.operations)[-1]
@@ -138,7 +140,9 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                             "depth": _i64(depth)})
             new[arg] = load.result
             if staged:
-                buffers.append(Buffer(_arg_name(fn, i), tensor_info(load.result.type), depth))
+                buffers.append(Buffer(_arg_name(fn, i),
+                                      wide.stored(tensor_info(load.result.type), i in wide.args),
+                                      depth))
         for op in ops:
             res = op.results[0] if op.results else None
             results = [plan.row_type(res)] if res is not None else []
@@ -167,7 +171,8 @@ def kernelize(fn: Any, target: TargetDesc) -> None:
                             "depth": _i64(depth)},
                 loc=ret.location)
             if target.staged_io:
-                buffers.append(Buffer(f"out{k}", tensor_info(new[v].type), depth))
+                buffers.append(Buffer(f"out{k}", wide.stored(tensor_info(new[v].type),
+                                                             k in wide.results), depth))
             outs.append(store.result)
         ir.Operation.create("func.return", operands=outs, loc=ret.location)
     across = any(_reads_across_rows(plan, arg) for arg in block.arguments)
@@ -249,6 +254,82 @@ def outline(fn: Any) -> list[Any]:
     return kernels
 
 
+@dataclass(frozen=True)
+class Widened:
+    """Which arguments and results of one kernel pass float16/bfloat16 values between kernels
+    and so are stored as float32 (:func:`widen`)."""
+    args: frozenset[int] = frozenset()
+    results: frozenset[int] = frozenset()
+
+    @staticmethod
+    def stored(info: TensorInfo, wide: bool) -> TensorInfo:
+        return info.with_dtype(stored_dtype(info.dtype)) if wide else info
+
+
+def _callee(call: Any) -> str:
+    return ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+
+
+def _passed_between_kernels(fn: Any) -> list[tuple[Any, int]]:
+    """(kernel call, result number) of each float16/bfloat16 value that kernels of ``fn``
+    store only for other kernels of ``fn`` (no ``return`` of ``fn`` reads it)."""
+    found = []
+    for op in fn.regions[0].blocks[0].operations:
+        if op.operation.name != "func.call":
+            continue
+        for j, r in enumerate(op.results):
+            users = [u.owner.name for u in r.uses]
+            if stored_dtype(tensor_info(r.type).dtype) != tensor_info(r.type).dtype and users \
+                    and all(u == "func.call" for u in users):
+                found.append((op, j))
+    return found
+
+
+def widened(fn: Any) -> dict[str, Widened]:
+    """Kernel name -> its arguments and results that pass a float16/bfloat16 value between
+    kernels of ``fn``: language.md's numerical contract keeps such a value in at least
+    float32, so it is stored as float32 (the rows the kernels compute keep their type)."""
+    args: dict[str, set[int]] = {}
+    results: dict[str, set[int]] = {}
+    for call, j in _passed_between_kernels(fn):
+        results.setdefault(_callee(call), set()).add(j)
+        for use in call.results[j].uses:
+            args.setdefault(_callee(use.owner), set()).add(use.operand_number)
+    return {k: Widened(frozenset(args.get(k, ())), frozenset(results.get(k, ())))
+            for k in args.keys() | results.keys()}
+
+
+def _wide_type(t: ir.Type) -> ir.Type:
+    info = tensor_info(t)
+    return info.with_dtype(stored_dtype(info.dtype)).to_mlir()
+
+
+def widen(fn: Any, kernels: dict[str, Any]) -> None:
+    """Retype the buffers :func:`widened` names as float32: the call results in ``fn``, the
+    producing kernel's result and ``tile.store_row``, the reading kernels' arguments (their
+    ``tile.load_row`` still gives a row of the value's own type, unrounded)."""
+    for call, j in _passed_between_kernels(fn):
+        result = call.results[j]
+        readers = [(_callee(u.owner), u.operand_number) for u in result.uses]
+        result.set_type(_wide_type(result.type))
+        producer = kernels[_callee(call)]
+        ret = list(producer.regions[0].blocks[0].operations)[-1]
+        ret.operands[j].set_type(_wide_type(ret.operands[j].type))
+        _retype(producer)
+        for name, i in readers:
+            kernels[name].regions[0].blocks[0].arguments[i].set_type(
+                _wide_type(kernels[name].regions[0].blocks[0].arguments[i].type))
+            _retype(kernels[name])
+
+
+def _retype(kernel: Any) -> None:
+    """Make ``kernel``'s function type that of its entry block and its return."""
+    block = kernel.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    kernel.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+
+
 def _drop_unapplied_hints(module: ir.Module, pc: PassContext) -> None:
     """``tile.hint`` ops left because tile-cache-hint did not run (as at -O0): each one is a
     warning, since a hint is never dropped silently, and is removed."""
@@ -279,5 +360,9 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
         kernels = outline(fn)
         if not kernels and (every or FUSED_ATTR in fn.attributes):
             kernels = [fn]
+        wide = widened(fn)
         for kernel in kernels:
-            kernelize(kernel, TARGETS[target_name])
+            kernelize(kernel, TARGETS[target_name],
+                      wide.get(ir.StringAttr(kernel.attributes["sym_name"]).value))
+        with fn.location:
+            widen(fn, {ir.StringAttr(k.attributes["sym_name"]).value: k for k in kernels})
