@@ -411,10 +411,11 @@ func.func @reuse_size(%arg0: tensor<4x8xf32>) -> tensor<1x8xf32> {
 
 // -----
 
-// Buffer reuse compares byte sizes as polynomials: c, f16[n, 2*m], takes a, f32[n, m]
-// (4*m*n bytes each); b, alive until group 3, is no candidate.
+// Buffer reuse compares byte sizes as polynomials: c, f16[2*n, m], takes a, f32[n, 2*m]
+// (8*m*n bytes each: an intermediate float16 value is stored as float32); b, alive until
+// group 3, is no candidate.
 // CHECK-LABEL: func.func @reuse_bytes(
-// CHECK-SAME:      %[[X:[^:]*]]: tensor<?x?xf32, ["n", "m"]>, %[[Y:[^:]*]]: tensor<?x?xf16, ["n", "2*m"]>)
+// CHECK-SAME:      %[[X:[^:]*]]: tensor<?x?xf32, ["n", "2*m"]>, %[[Y:[^:]*]]: tensor<?x?xf16, ["2*n", "m"]>)
 // CHECK:         tile.buffers = array<i64: 0>, tile.group = 0 : i64, tile.reuse = array<i64: -1>}
 // CHECK:         tile.buffers = array<i64: 1>, tile.group = 1 : i64, tile.reuse = array<i64: -1>}
 // CHECK:         "tile.fused"(%[[Y]])
@@ -422,13 +423,13 @@ func.func @reuse_size(%arg0: tensor<4x8xf32>) -> tensor<1x8xf32> {
 // CHECK:         tile.buffers = array<i64: 3>, tile.group = 3 : i64, tile.reuse = array<i64: -1>}
 // CHECK:         tile.buffers = array<i64: 4>, tile.group = 4 : i64, tile.reuse = array<i64: -1>}
 
-func.func @reuse_bytes(%arg0: tensor<?x?xf32, ["n", "m"]>, %arg1: tensor<?x?xf16, ["n", "2*m"]>) -> (tensor<1x?xf32, ["1", "m"]>, tensor<?x?xf16, ["n", "2*m"]>) {
-  %0 = "tile.softmax"(%arg0) {axis = -2 : i64} : (tensor<?x?xf32, ["n", "m"]>) -> tensor<?x?xf32, ["n", "m"]>
-  %1 = "tile.softmax"(%0) {axis = -1 : i64} : (tensor<?x?xf32, ["n", "m"]>) -> tensor<?x?xf32, ["n", "m"]>
-  %2 = "tile.softmax"(%arg1) {axis = -2 : i64} : (tensor<?x?xf16, ["n", "2*m"]>) -> tensor<?x?xf16, ["n", "2*m"]>
-  %3 = "tile.reduce"(%1) {axes = array<i64: -2>, keepdims = true, kind = "sum"} : (tensor<?x?xf32, ["n", "m"]>) -> tensor<1x?xf32, ["1", "m"]>
-  %4 = "tile.softmax"(%2) {axis = -1 : i64} : (tensor<?x?xf16, ["n", "2*m"]>) -> tensor<?x?xf16, ["n", "2*m"]>
-  return %3, %4 : tensor<1x?xf32, ["1", "m"]>, tensor<?x?xf16, ["n", "2*m"]>
+func.func @reuse_bytes(%arg0: tensor<?x?xf32, ["n", "2*m"]>, %arg1: tensor<?x?xf16, ["2*n", "m"]>) -> (tensor<1x?xf32, ["1", "2*m"]>, tensor<?x?xf16, ["2*n", "m"]>) {
+  %0 = "tile.softmax"(%arg0) {axis = -2 : i64} : (tensor<?x?xf32, ["n", "2*m"]>) -> tensor<?x?xf32, ["n", "2*m"]>
+  %1 = "tile.softmax"(%0) {axis = -1 : i64} : (tensor<?x?xf32, ["n", "2*m"]>) -> tensor<?x?xf32, ["n", "2*m"]>
+  %2 = "tile.softmax"(%arg1) {axis = -2 : i64} : (tensor<?x?xf16, ["2*n", "m"]>) -> tensor<?x?xf16, ["2*n", "m"]>
+  %3 = "tile.reduce"(%1) {axes = array<i64: -2>, keepdims = true, kind = "sum"} : (tensor<?x?xf32, ["n", "2*m"]>) -> tensor<1x?xf32, ["1", "2*m"]>
+  %4 = "tile.softmax"(%2) {axis = -1 : i64} : (tensor<?x?xf16, ["2*n", "m"]>) -> tensor<?x?xf16, ["2*n", "m"]>
+  return %3, %4 : tensor<1x?xf32, ["1", "2*m"]>, tensor<?x?xf16, ["2*n", "m"]>
 }
 
 // -----
