@@ -63,3 +63,28 @@ def test_the_chain_stores_its_reductions_as_float32() -> None:
                            DiagnosticSink())
     assert "-> (tensor<?x1xf32, [\"rows\", \"1\"]>, tensor<?x1xf32, [\"rows\", \"1\"]>)" in ir_text
     assert "(tensor<?x1xf32, [\"rows\", \"1\"]>) -> tensor<?x1xbf16, [\"rows\", \"1\"]>" in ir_text
+
+
+# A called function's bfloat16 return (8 + x/100: an ulp of 1/16 at 8) normalized by its
+# caller: rounded at the return, the normalized values are a few steps of 8's ulp; unrounded
+# they are those of x itself, up to 3.7 apart.
+CALLED = """
+func shift(x: Tensor<bf16>[r, n]) -> Tensor<bf16>[r, n] {
+  return x * 0.01 + 8.0;
+}
+func caller(x: Tensor<bf16>[r, n]) -> Tensor<bf16>[r, n] {
+  let y = shift(x);
+  return normalize(y, reduce_mean(y, axes=[-1]), reduce_var(y, axes=[-1]));
+}
+"""
+
+
+def test_the_reference_rounds_a_called_functions_return() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(ml_dtypes.bfloat16)
+    want = reference.run(compile_source(CALLED, "called.tile"), "caller", x)
+    y = (x.astype(np.float64) * 0.01 + 8.0).astype(ml_dtypes.bfloat16).astype(np.float64)
+    rounded = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+    assert_close(want, rounded, "bfloat16")
+    for target in ("cpu", "ascend-sim"):
+        lib = tilec.compile_string(CALLED, "called.tile", target)
+        assert_close(lib.caller(x), want, "bfloat16")

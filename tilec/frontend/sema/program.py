@@ -432,7 +432,9 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
             if v.type.shape != want.shape:
                 raise TilecError(f"returned shape {shape_str(v.type.shape)} does not match the "
                                  f"declared {shape_str(want.shape)}", e.span)
-            if v.type.dtype != want.dtype:
+            # a called function's return rounds to its declared type even where the type does
+            # not change (language.md, numerical contract): the inlined body ends in a cast
+            if v.type.dtype != want.dtype or self.parent is not None:
                 v = self.emit("cast", [v], {}, want, e.span)
             out.append(v)
         return out
