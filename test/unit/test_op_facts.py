@@ -13,7 +13,7 @@ from tilec.codegen.cpu import kernel as cpu_kernel
 from tilec.codegen.ptx import kernel as ptx_kernel
 from tilec.dialect import ops as t
 from tilec.dialect.types import ELEMENT_BYTES, MLIR_DTYPE
-from tilec.harness import reference
+from tilec.harness import allowance, reference
 
 # ops that are no tensor-level computation: structure, checks, hints and the kernel level
 NOT_COMPUTING = {"fused", "yield", "check", "hint", "load_row", "store_row"}
@@ -43,9 +43,13 @@ def test_every_element_type_has_a_size() -> None:
     ({**ascend_vector.UNARY_CALLS, **ascend_vector.UNARY_COMPOSED}, set(t.UNARY_OPS)),
     (reference.UNARY, set(t.UNARY_OPS)),
     (reference.BINARY, set(t.BINARY_OPS)),
-], ids=["cpu", "ptx", "ascend", "reference-unary", "reference-binary"])
+    (allowance.UNARY, set(t.UNARY_OPS)),
+    (allowance.BINARY, set(t.BINARY_OPS)),
+], ids=["cpu", "ptx", "ascend", "reference-unary", "reference-binary", "allowance-unary",
+        "allowance-binary"])
 def test_each_table_has_a_row_per_op_of_the_dialect(table: dict, covers: set[str]) -> None:
-    """A new unary built-in fails here until every backend and the reference have its row."""
+    """A new unary built-in fails here until every backend, the reference and the rounding
+    allowance (its condition number) have its row."""
     assert covers <= set(table), sorted(covers - set(table))
 
 

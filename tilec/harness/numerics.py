@@ -73,6 +73,8 @@ class Comparison:
     max_rel: float  # over those whose reference is non-zero
     first: str  # the first mismatch, "" when there is none
     boundary: int = 0  # elements that match only an alternative outcome of the reference
+    beyond: int = 0    # with an allowance: the elements beyond atol + rtol * |want| alone
+    explained: int = 0  # ... and of those, the ones the allowance brings within
 
     @property
     def ok(self) -> bool:
@@ -80,17 +82,27 @@ class Comparison:
 
     def __str__(self) -> str:
         rtol, atol = TOLERANCES[self.dtype]
-        text = (f"{self.dtype}: {self.mismatches} of {self.size} elements outside rtol={rtol} "
-                f"atol={atol}; max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}")
+        if self.beyond:
+            text = (f"{self.dtype}: {self.beyond} of {self.size} elements beyond rtol={rtol} "
+                    f"atol={atol}; the allowance explains {self.explained}; "
+                    f"{self.mismatches} fail")
+        else:
+            text = (f"{self.dtype}: {self.mismatches} of {self.size} elements outside "
+                    f"rtol={rtol} atol={atol}")
+        text += f"; max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}"
         if self.boundary:
             text += f"; {self.boundary} at a cast's rounding boundary"
         return f"{text}; first {self.first}" if self.first else text
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
-            alternatives: Sequence[np.ndarray] = ()) -> Comparison:
-    """Compare element-wise; NaN matches NaN and an infinity only the same infinity.  An
-    element also passes when it matches the same element of one of ``alternatives`` (the
+            alternatives: Sequence[np.ndarray] = (),
+            allowance: np.ndarray | None = None) -> Comparison:
+    """Compare element-wise; NaN matches NaN and an infinity only the same infinity.  With
+    ``allowance`` (the reference's rounding allowance, :func:`tilec.harness.reference.allowed`)
+    an element passes within ``atol + rtol * |want| + allowance``, and the comparison counts
+    the elements beyond ``atol + rtol * |want|`` and how many of them the allowance explains.
+    An element also passes when it matches the same element of one of ``alternatives`` (the
     reference's other outcomes at a float -> int cast's rounding boundary, see
     :func:`tilec.harness.reference.outcomes`); errors are then measured from the outcome it is
     closest to.  Raises ValueError when the shapes differ."""
@@ -98,6 +110,12 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(want).astype(np.float64)
     good, err = _within(g, w, name)
+    beyond = explained = 0
+    if allowance is not None:
+        strict = good
+        good, _ = _within(g, w, name, np.broadcast_to(allowance, w.shape))
+        beyond = int(np.count_nonzero(~strict))
+        explained = int(np.count_nonzero(good & ~strict))
     best = w
     boundary = 0
     for alternative in alternatives:
@@ -116,19 +134,21 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
         index = tuple(int(i) for i in bad[0])
         first = f"at {index}: got {float(g[index])!r}, want {float(w[index])!r}"
     return Comparison(name, int(g.size), len(bad), float(err.max(initial=0.0)),
-                      float(rel.max(initial=0.0)), first, boundary)
+                      float(rel.max(initial=0.0)), first, boundary, beyond, explained)
 
 
-def _within(g: np.ndarray, w: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """Which elements of ``g`` match ``w`` within the tolerances of ``dtype``, and the absolute
-    error of each (0 where either side is not finite)."""
+def _within(g: np.ndarray, w: np.ndarray, dtype: str,
+            allowance: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Which elements of ``g`` match ``w`` within the tolerances of ``dtype`` (widened by
+    ``allowance``), and the absolute error of each (0 where either side is not finite)."""
     if g.shape != w.shape:
         raise ValueError(f"shape {g.shape} differs from the reference's {w.shape}")
     rtol, atol = TOLERANCES[dtype]
     finite = np.isfinite(g) & np.isfinite(w)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(finite, np.abs(g - w), 0.0)
-    good = (g == w) | (np.isnan(g) & np.isnan(w)) | (finite & (err <= atol + rtol * np.abs(w)))
+    good = (g == w) | (np.isnan(g) & np.isnan(w)) | (
+        finite & (err <= atol + rtol * np.abs(w) + allowance))
     return good, err
 
 

@@ -28,6 +28,7 @@ from ..dialect.walk import nested_ops
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
 from ..mlir import ir
+from . import allowance
 from .numerics import NUMPY_DTYPES, TOLERANCES, to_dtype
 
 
@@ -190,10 +191,12 @@ class _Interpreter:
     """Evaluates blocks of tile ops under one symbol binding."""
 
     def __init__(self, binding: Binding, module: ir.Module | None = None,
-                 cast_nudge: int = 0) -> None:
+                 cast_nudge: int = 0, track: bool = False) -> None:
         self.binding = binding
         self.module = module
         self.cast_nudge = cast_nudge  # -1, 0 or +1: see :func:`outcomes`
+        self.track = track  # also compute every value's rounding allowance (:func:`allowed`)
+        self.allowances: list[np.ndarray] = []  # those of the values the last block passed on
         self.point: tuple[tuple[int, ...], ...] = ()  # the grid point a kernel body runs for:
         # the coordinates of each grid entry (all the leading ones for '...')
         self.stored: dict[Any, np.ndarray] = {}  # a kernel's outputs, filled row by row
@@ -220,13 +223,19 @@ class _Interpreter:
         return self.binding.lead + dims
 
     # evaluation -----------------------------------------------------------------------------
-    def block(self, block: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Evaluate ``block`` on its arguments; the values its terminator passes on."""
+    def block(self, block: Any, inputs: Sequence[np.ndarray],
+              allowances: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
+        """Evaluate ``block`` on its arguments; the values its terminator passes on (and,
+        when tracking, their allowances in ``self.allowances``; the arguments' are 0 unless
+        given)."""
         env: dict[Any, np.ndarray] = dict(zip(block.arguments, inputs))
+        denv: dict[Any, np.ndarray] = {a: np.zeros(()) for a in block.arguments}
+        denv.update(zip(block.arguments, allowances))
         for op in block.operations:
             name = op.operation.name
             xs = [env[v] for v in op.operands]
             if name in ("func.return", "tile.yield"):
+                self.allowances = [denv[v] for v in op.operands] if self.track else []
                 return xs
             if name == "tile.check":
                 self.check(op)
@@ -236,7 +245,8 @@ class _Interpreter:
             if name == "func.call":
                 outs = self.call(op, xs)
             elif name == "tile.fused":
-                outs = self.block(op.regions[0].blocks[0], xs)
+                outs = self.block(op.regions[0].blocks[0], xs,
+                                  [denv[v] for v in op.operands] if self.track else ())
             elif name in _HANDLERS:
                 outs = [_HANDLERS[name](self, op, xs)]
             else:
@@ -245,6 +255,9 @@ class _Interpreter:
                 raise _internal(op, f"{len(outs)} values for {len(op.results)} results")
             for r, v in zip(op.results, outs):
                 env[r] = self.finish(op, r.type, v)
+            if self.track:
+                denv.update(zip(op.results, self.allowance(op, xs, [denv[v] for v in op.operands],
+                                                           [env[r] for r in op.results])))
         raise ReferenceError("internal: a block without a terminator")
 
     def call(self, op: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -268,6 +281,20 @@ class _Interpreter:
             raise _internal(op, f"computed {value.dtype}{list(value.shape)} for a result of "
                                 f"type {t}, which is {list(want)} here")
         return value
+
+    def allowance(self, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                  outs: list[np.ndarray]) -> list[np.ndarray]:
+        """The allowances of ``op``'s results (:mod:`.allowance`)."""
+        name = op.operation.name
+        if name == "tile.fused":
+            return self.allowances
+        rule = _ALLOWANCE.get(name)
+        if rule is None:
+            raise _internal(op, "no allowance rule: it is computed on tensor-level IR")
+        try:
+            return [rule(self, op, xs, ds, outs[0])]
+        except KeyError as e:
+            raise _error(op, str(e.args[0])) from None
 
     def check(self, op: Any) -> None:
         a = op.attributes
@@ -464,6 +491,80 @@ _HANDLERS["tile.load_row"] = _load_row
 _HANDLERS["tile.store_row"] = _store_row
 
 
+# ---------------------------------------------------------------------------------------------
+# Allowances: each rule gives the allowance of an op's result from its operands, their
+# allowances and the result (the arithmetic is in :mod:`.allowance`)
+
+AllowanceRule = Callable[[_Interpreter, Any, list[np.ndarray], list[np.ndarray], np.ndarray],
+                         np.ndarray]
+
+
+def _elementwise_allowance(name: str) -> AllowanceRule:
+    return lambda ev, op, xs, ds, out: allowance.elementwise(name, xs, ds, out)
+
+
+def _moved(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+           out: np.ndarray) -> np.ndarray:
+    """Data movement moves the allowances with the values."""
+    return np.asarray(_HANDLERS[op.operation.name](
+        ev, op, [np.broadcast_to(d, np.shape(x)) for d, x in zip(ds, xs)]), dtype=np.float64)
+
+
+def _cmp_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                   out: np.ndarray) -> np.ndarray:
+    """1 where the operands are within their allowances of each other: either answer."""
+    with np.errstate(all="ignore"):
+        gap = np.abs(xs[0].astype(np.float64) - xs[1])
+        return (np.isfinite(gap) & (gap <= ds[0] + ds[1]) & ((ds[0] + ds[1]) > 0)) * 1.0
+
+
+def _select_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                      out: np.ndarray) -> np.ndarray:
+    mask, a, b = xs
+    chosen = np.where(mask, ds[1], ds[2])
+    with np.errstate(all="ignore"):
+        either = np.maximum(ds[1], ds[2]) + np.abs(a.astype(np.float64) - b)
+    return allowance.finite_only(out, np.where(ds[0] > 0, either, chosen))
+
+
+def _cast_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                    out: np.ndarray) -> np.ndarray:
+    source = tensor_info(op.operands[0].type).dtype
+    return allowance.rounded(xs[0].astype(np.float64), ds[0], source,
+                             tensor_info(op.results[0].type).dtype)
+
+
+def _reduce_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                      out: np.ndarray) -> np.ndarray:
+    a = op.attributes
+    return allowance.reduction(a["kind"].value, xs[0], ds[0], tuple(a["axes"]),
+                               a["keepdims"].value, out)
+
+
+def _softmax_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                       out: np.ndarray) -> np.ndarray:
+    return allowance.softmax(xs[0], ds[0], out, op.attributes["axis"].value)
+
+
+def _matmul_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[np.ndarray],
+                      out: np.ndarray) -> np.ndarray:
+    return allowance.finite_only(out, allowance.matmul(*xs, *ds))
+
+
+_ALLOWANCE: dict[str, AllowanceRule] = {
+    **{f"tile.{name}": _elementwise_allowance(name) for name in {**UNARY, **BINARY}},
+    "tile.constant": lambda ev, op, xs, ds, out: np.zeros(np.shape(out)),
+    **{f"tile.{name}": _moved for name in ("broadcast", "slice", "concat", "reshape",
+                                           "transpose")},
+    "tile.cmp": _cmp_allowance,
+    "tile.select": _select_allowance,
+    "tile.cast": _cast_allowance,
+    "tile.reduce": _reduce_allowance,
+    "tile.softmax": _softmax_allowance,
+    "tile.matmul": _matmul_allowance,
+}
+
+
 def _grid_extents(ev: _Interpreter, func_op: Any) -> list[tuple[int, ...]]:
     """The extents of each grid entry (those of the leading dimensions for '...')."""
     kernel = ir.DictAttr(func_op.attributes[KERNEL_ATTR])
@@ -575,6 +676,15 @@ def outcomes(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) ->
     return [nominal, *alternatives]
 
 
+def allowed(module: ir.Module, func_name: str, /, *args: Any,
+            **kwargs: Any) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The results :func:`run` gives (always a tuple) and the rounding allowance of each
+    (float64 arrays of the results' shapes, :mod:`.allowance`): a float32 kernel's result
+    agrees with the reference where ``|got - want| <= atol + rtol * |want| + allowance``
+    (:func:`tilec.harness.numerics.compare`).  The arguments carry none."""
+    return _run(module, func_name, args, kwargs, 0, track=True)
+
+
 FLOAT_TYPES = ("float16", "bfloat16", "float32")
 
 
@@ -585,7 +695,7 @@ def _casts_float_to_int(module: ir.Module) -> bool:
 
 
 def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-         cast_nudge: int) -> Any:
+         cast_nudge: int, track: bool = False) -> Any:
     entry = dispatch_entry(module, func_name)
     abi = func_name if entry is None else entry.generic or entry.variants[0][0]
     func_op = find_function(module, abi)  # every variant has the generic's parameters
@@ -594,11 +704,14 @@ def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
         if entry is not None:
             func_op = _dispatch(module, func_name, entry, values)
-        interpreter = _Interpreter(bind_shapes(func_op, values), module, cast_nudge)
+        interpreter = _Interpreter(bind_shapes(func_op, values), module, cast_nudge, track)
         outs = _run_body(interpreter, func_op, values)
         if len(outs) != len(func_op.type.results):
             raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "
                                  f"{len(func_op.type.results)} results")
-        results = tuple(to_dtype(v, tensor_info(t).dtype)
-                        for v, t in zip(outs, func_op.type.results))
+        dtypes = [tensor_info(t).dtype for t in func_op.type.results]
+        results = tuple(to_dtype(v, dtype) for v, dtype in zip(outs, dtypes))
+        if track:   # the return rounds: either neighbour where the allowance reaches across
+            return results, tuple(allowance.rounded(v.astype(np.float64), d, dtype, dtype)
+                                  for v, d, dtype in zip(outs, interpreter.allowances, dtypes))
     return results[0] if len(results) == 1 else results

@@ -4,7 +4,9 @@ reference semantics.
 In: a ``.tile`` file and :class:`~tilec.driver.CompileOptions`.  Out: a :class:`Report`, one
 :class:`Case` per function and shape binding, streamed as a table as the cases run (max abs /
 rel error per case), and ``ok`` when every case agrees with the reference within the numerical contract
-(:mod:`tilec.harness.numerics`).
+(:mod:`tilec.harness.numerics`): the tolerances plus the reference's rounding allowance
+(:mod:`tilec.harness.allowance`); a failure says how many elements lie beyond the tolerances
+and how many of those the allowance explains.
 
 The library is built with :func:`tilec.api.compile_string` and called through the Python
 runtime, as a user would; the reference runs on the tensor-level IR (after
@@ -34,7 +36,7 @@ from ..frontend import compile_source
 from ..pipeline import parse_pipeline, run_pipeline
 from ..runtime.loader import Function
 from .numerics import NUMPY_DTYPES, compare
-from .reference import ReferenceError, outcomes
+from .reference import ReferenceError, allowed
 
 SIZES = (1, 7, 127, 255, 1000, 4097)
 BASE = 7
@@ -82,11 +84,13 @@ columns:
   case      its shape binding: each free symbol's value, ... the extents it stands for
   max abs   the largest |library - reference| over the elements finite in both
   max rel   the largest |library - reference| / |reference| (where the reference is not 0)
-  result    pass: within the numerical contract (README, Numerics);
+  result    pass: within the numerical contract (README, Numerics): the tolerance plus
+            the reference's rounding allowance;
             rejected: both the reference and the library refused the arguments (a run-time
             shape check fails, or ... cannot have that rank), which agrees;
-            FAIL: beyond the contract, or only one of the two refused (the first mismatch
-            is printed below the table)
+            FAIL: beyond the contract, or only one of the two refused (below the table:
+            how many elements lie beyond the tolerance, how many of them the allowance
+            explains, and the first mismatch)
   shapes    the shapes of the tensor arguments
 counts (last line): cases run, and of them passed, rejected by both and failed; skipped:
 cases not run because their arguments and results hold more than --max-elements elements,
@@ -222,9 +226,9 @@ def _case(fn: Function, module: Any, values: dict[str, int], lead: tuple,
             for i, p in enumerate(fn.params)]
     shown = " ".join(str(s) for s in tensors.values())
     try:
-        want, *others = outcomes(module, fn.name, *args)
+        want, allowances = allowed(module, fn.name, *args)
     except ReferenceError as e:
-        want, others = e, []
+        want, allowances = e, ()
     try:
         got = fn(*args)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -236,9 +240,9 @@ def _case(fn: Function, module: Any, values: dict[str, int], lead: tuple,
                   if isinstance(want, Exception) else f"the library refused: {got}")
         return Case(fn.name, label, shown, "FAIL", detail=detail)
     if not isinstance(got, tuple):
-        got, want, others = (got,), (want,), [(o,) for o in others]
-    compared = [compare(g, w, dtype, [o[k] for o in others])
-                for k, (g, w, (dtype, _)) in enumerate(zip(got, want, fn.results))]
+        got = (got,)
+    compared = [compare(g, w, dtype, allowance=d)
+                for g, w, d, (dtype, _) in zip(got, want, allowances, fn.results)]
     bad = [c for c in compared if not c.ok]
     return Case(fn.name, label, shown, "FAIL" if bad else "pass",
                 max(c.max_abs for c in compared), max(c.max_rel for c in compared),
