@@ -3,12 +3,12 @@ and the tests.
 
 In: NumPy arrays (a result, its reference value) and the result's element type. Out: the
 NumPy dtype of each element type, a value rounded once to an element type, and the comparison
-``|got - want| <= atol + rtol * |want|`` with the tolerances chosen by the element type
-(integers and masks agree exactly), optionally against several outcomes of the reference.
+``|got - want| <= atol + rtol * |want| + allowance`` with the tolerances chosen by the element
+type (integers and masks agree exactly, up to their allowance) and the reference's rounding
+allowance (:mod:`.allowance`), 0 unless given.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -72,7 +72,6 @@ class Comparison:
     max_abs: float  # over elements finite on both sides
     max_rel: float  # over those whose reference is non-zero
     first: str  # the first mismatch, "" when there is none
-    boundary: int = 0  # elements that match only an alternative outcome of the reference
     beyond: int = 0    # with an allowance: the elements beyond atol + rtol * |want| alone
     explained: int = 0  # ... and of those, the ones the allowance brings within
 
@@ -90,22 +89,17 @@ class Comparison:
             text = (f"{self.dtype}: {self.mismatches} of {self.size} elements outside "
                     f"rtol={rtol} atol={atol}")
         text += f"; max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}"
-        if self.boundary:
-            text += f"; {self.boundary} at a cast's rounding boundary"
         return f"{text}; first {self.first}" if self.first else text
 
 
 def compare(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
-            alternatives: Sequence[np.ndarray] = (),
             allowance: np.ndarray | None = None) -> Comparison:
     """Compare element-wise; NaN matches NaN and an infinity only the same infinity.  With
     ``allowance`` (the reference's rounding allowance, :func:`tilec.harness.reference.allowed`)
     an element passes within ``atol + rtol * |want| + allowance``, and the comparison counts
-    the elements beyond ``atol + rtol * |want|`` and how many of them the allowance explains.
-    An element also passes when it matches the same element of one of ``alternatives`` (the
-    reference's other outcomes at a float -> int cast's rounding boundary, see
-    :func:`tilec.harness.reference.outcomes`); errors are then measured from the outcome it is
-    closest to.  Raises ValueError when the shapes differ."""
+    the elements beyond ``atol + rtol * |want|`` and how many of them the allowance explains
+    (an int32 result's allowance is where a float -> int32 cast may land on either side of an
+    integer).  Raises ValueError when the shapes differ."""
     name = dtype_name(dtype)
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(want).astype(np.float64)
@@ -116,25 +110,15 @@ def compare(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
         good, _ = _within(g, w, name, np.broadcast_to(allowance, w.shape))
         beyond = int(np.count_nonzero(~strict))
         explained = int(np.count_nonzero(good & ~strict))
-    best = w
-    boundary = 0
-    for alternative in alternatives:
-        a = np.asarray(alternative).astype(np.float64)
-        if a.shape != w.shape:
-            raise ValueError(f"an alternative of shape {a.shape} for a result of {w.shape}")
-        also, a_err = _within(g, a, name)
-        closer = also & (~good | (a_err < err))
-        boundary += int(np.count_nonzero(also & ~good))
-        best, err, good = np.where(closer, a, best), np.where(closer, a_err, err), good | also
-    finite = np.isfinite(g) & np.isfinite(best)
-    rel = np.where(finite & (best != 0), err / np.where(best != 0, np.abs(best), 1.0), 0.0)
+    finite = np.isfinite(g) & np.isfinite(w)
+    rel = np.where(finite & (w != 0), err / np.where(w != 0, np.abs(w), 1.0), 0.0)
     bad = np.argwhere(~good)
     first = ""
     if len(bad):
         index = tuple(int(i) for i in bad[0])
         first = f"at {index}: got {float(g[index])!r}, want {float(w[index])!r}"
     return Comparison(name, int(g.size), len(bad), float(err.max(initial=0.0)),
-                      float(rel.max(initial=0.0)), first, boundary, beyond, explained)
+                      float(rel.max(initial=0.0)), first, beyond, explained)
 
 
 def _within(g: np.ndarray, w: np.ndarray, dtype: str,
@@ -153,11 +137,11 @@ def _within(g: np.ndarray, w: np.ndarray, dtype: str,
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, dtype: str | DTypeLike,
-                 alternatives: Sequence[np.ndarray] = ()) -> None:
-    """Raise AssertionError unless ``got`` matches ``want`` (or, element by element, one of
-    ``alternatives``) within the tolerances of ``dtype``."""
+                 allowance: np.ndarray | None = None) -> None:
+    """Raise AssertionError unless ``got`` matches ``want`` within the tolerances of ``dtype``
+    (plus ``allowance``, as :func:`compare`)."""
     if np.shape(got) != np.shape(want):
         raise AssertionError(f"shape {np.shape(got)} differs from the reference's {np.shape(want)}")
-    result = compare(got, want, dtype, alternatives)
+    result = compare(got, want, dtype, allowance)
     if not result.ok:
         raise AssertionError(str(result))

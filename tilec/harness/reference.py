@@ -8,6 +8,8 @@ parameters.  Out: that function's results as NumPy arrays of the declared elemen
 Shape symbols are bound from the argument shapes (:func:`bind_symbols`).  Every value is held
 in float64 (``int32`` in int64, wrapped to 32 bits after each op; masks as bool) and rounded
 only at ``tile.cast`` and at ``func.return``, as the numerical contract of language.md says.
+:func:`allowed` also carries each value's rounding allowance (:mod:`.allowance`), which the
+contract adds to the tolerances; it is computed on tensor-level IR.
 Mistakes of the caller (a wrong rank, dtype or extent, a failing ``tile.check``) raise
 :class:`ReferenceError`; so does IR that breaks the contract of ``ops.py``, with a message that
 starts with ``internal:``.
@@ -24,12 +26,11 @@ import numpy as np
 
 from ..dialect import DISPATCH_ATTR, KERNEL_ATTR, Param, TensorInfo, params_of, tensor_info
 from ..dialect.locations import span_of
-from ..dialect.walk import nested_ops
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
 from ..mlir import ir
 from . import allowance
-from .numerics import NUMPY_DTYPES, TOLERANCES, to_dtype
+from .numerics import NUMPY_DTYPES, to_dtype
 
 
 class ReferenceError(Exception):  # noqa: A001 - the harness's name for its run-time error
@@ -191,10 +192,9 @@ class _Interpreter:
     """Evaluates blocks of tile ops under one symbol binding."""
 
     def __init__(self, binding: Binding, module: ir.Module | None = None,
-                 cast_nudge: int = 0, track: bool = False) -> None:
+                 track: bool = False) -> None:
         self.binding = binding
         self.module = module
-        self.cast_nudge = cast_nudge  # -1, 0 or +1: see :func:`outcomes`
         self.track = track  # also compute every value's rounding allowance (:func:`allowed`)
         self.allowances: list[np.ndarray] = []  # those of the values the last block passed on
         self.point: tuple[tuple[int, ...], ...] = ()  # the grid point a kernel body runs for:
@@ -268,7 +268,7 @@ class _Interpreter:
         for x, t in zip(xs, callee.type.inputs):
             if x.shape != self.shape(tensor_info(t), op):
                 raise _internal(op, f"an argument of shape {list(x.shape)} for type {t}")
-        return _run_body(_Interpreter(self.binding, self.module, self.cast_nudge), callee, xs)
+        return _run_body(_Interpreter(self.binding, self.module, self.track), callee, xs)
 
     def finish(self, op: Any, t: ir.Type, value: np.ndarray) -> np.ndarray:
         """Wrap int32 results and check that the value has the result type's shape."""
@@ -351,9 +351,6 @@ def _cast(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
         return to_dtype(x.astype(np.float64), dtype).astype(np.float64)
     if dtype != "int32" or x.dtype != np.float64:
         return _storage(x, dtype)
-    if ev.cast_nudge:
-        rtol, atol = TOLERANCES[tensor_info(op.operands[0].type).dtype]
-        x = x + ev.cast_nudge * (atol + rtol * np.abs(x))
     t = np.trunc(x)
     bad = ~((t >= -2**31) & (t < 2**31))  # NaN too
     if bad.any():
@@ -651,29 +648,7 @@ def run(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> Any:
     ``tile.default`` may be omitted.  A function in the module's dispatch table runs the
     variant for its arguments' shapes.  Returns one np.ndarray for a single result, a tuple
     for several."""
-    return _run(module, func_name, args, kwargs, 0)
-
-
-def outcomes(module: ir.Module, func_name: str, /, *args: Any, **kwargs: Any) -> list[Any]:
-    """The results :func:`run` gives, followed, when the module casts a float to int32, by the
-    results of two more runs in which every such cast first moves its operand down, then up,
-    by the operand's tolerance.
-
-    A kernel computes that operand within the contract's tolerance, not exactly, so where it
-    lies that close to an integer boundary the cast may land on either side of it, and so may
-    everything computed from the cast.  A backend's result is right where it agrees with any
-    of these outcomes (:func:`tilec.harness.numerics.compare`'s ``alternatives``); everywhere
-    else integer results agree exactly, as language.md says."""
-    nominal = _run(module, func_name, args, kwargs, 0)
-    if not _casts_float_to_int(module):
-        return [nominal]
-    alternatives = []
-    for nudge in (-1, 1):
-        try:
-            alternatives.append(_run(module, func_name, args, kwargs, nudge))
-        except ReferenceError:  # nudged out of int32's range: only the nominal outcome counts
-            pass
-    return [nominal, *alternatives]
+    return _run(module, func_name, args, kwargs)
 
 
 def allowed(module: ir.Module, func_name: str, /, *args: Any,
@@ -682,20 +657,11 @@ def allowed(module: ir.Module, func_name: str, /, *args: Any,
     (float64 arrays of the results' shapes, :mod:`.allowance`): a float32 kernel's result
     agrees with the reference where ``|got - want| <= atol + rtol * |want| + allowance``
     (:func:`tilec.harness.numerics.compare`).  The arguments carry none."""
-    return _run(module, func_name, args, kwargs, 0, track=True)
-
-
-FLOAT_TYPES = ("float16", "bfloat16", "float32")
-
-
-def _casts_float_to_int(module: ir.Module) -> bool:
-    return any(tensor_info(op.results[0].type).dtype == "int32"
-               and tensor_info(op.operands[0].type).dtype in FLOAT_TYPES
-               for op in nested_ops(module.operation, "tile.cast"))
+    return _run(module, func_name, args, kwargs, track=True)
 
 
 def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-         cast_nudge: int, track: bool = False) -> Any:
+         track: bool = False) -> Any:
     entry = dispatch_entry(module, func_name)
     abi = func_name if entry is None else entry.generic or entry.variants[0][0]
     func_op = find_function(module, abi)  # every variant has the generic's parameters
@@ -704,7 +670,7 @@ def _run(module: ir.Module, func_name: str, args: tuple[Any, ...], kwargs: dict[
         values = [_argument(p, a) for p, a in zip(ps, _arguments(ps, args, kwargs))]
         if entry is not None:
             func_op = _dispatch(module, func_name, entry, values)
-        interpreter = _Interpreter(bind_shapes(func_op, values), module, cast_nudge, track)
+        interpreter = _Interpreter(bind_shapes(func_op, values), module, track)
         outs = _run_body(interpreter, func_op, values)
         if len(outs) != len(func_op.type.results):
             raise ReferenceError(f"internal: {func_name} returns {len(outs)} values for "
