@@ -77,3 +77,8 @@ def test_the_reference_rounds_a_called_functions_return() -> None:
     for target in ("cpu", "ascend-sim"):
         lib = tilec.compile_string(CALLED, "called.tile", target)
         assert_close(lib.caller(x), want, "bfloat16")
+
+
+def test_ptxas_accepts_kernels_that_pass_float32_buffers() -> None:
+    lib = tilec.compile_string(STORED, "stored.tile", "ptx")
+    assert {"chain", "var_cat"} <= set(lib.functions)
