@@ -315,7 +315,8 @@ class HintOp(Tile.Operation, name="hint"):
 class LoadRowOp(Tile.Operation, name="load_row", traits=[ext.Pure]):
     """Copy-in: the row of global tensor ``x`` at the current grid point.  ``axes[j]`` is the
     axis of ``x`` indexed by grid dimension j (index 0 when that axis has extent 1), or -1 when
-    ``x`` does not vary along it; the result keeps the other axes in order."""
+    ``x`` does not vary along it; the result keeps the other axes in order.  A float32 ``x``
+    may give a float16/bfloat16 row: the value another kernel stored wider, not rounded."""
 
     x: Operand[Tensor]
     axes: Any  # DenseI64ArrayAttr
@@ -324,7 +325,9 @@ class LoadRowOp(Tile.Operation, name="load_row", traits=[ext.Pure]):
 
 class StoreRowOp(Tile.Operation, name="store_row", traits=[ext.Pure]):
     """Copy-out: the global result tensor whose row at the current grid point (``axes`` as in
-    ``tile.load_row``, never -1) is ``row``; over the whole grid every element is written."""
+    ``tile.load_row``, never -1) is ``row``; over the whole grid every element is written.
+    A float16/bfloat16 row may be stored to a float32 tensor (for another kernel: kept wider,
+    not rounded to the row's type)."""
 
     row: Operand[Tensor]
     axes: Any  # DenseI64ArrayAttr

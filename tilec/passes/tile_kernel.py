@@ -24,6 +24,12 @@ tile, whether a row streams through local memory in chunks, the two-dimensional 
 layout change).  Only buffers that the target holds whole can exceed its local memory; that
 is a located error naming the function, its buffers and the numbers (see
 :mod:`tilec.tiling.tiler` for what that is).
+
+A float16/bfloat16 value that one kernel stores only for other kernels (no ``return`` of the
+host reads it) is stored as float32 (language.md: it is no ``return`` and keeps at least
+float32 precision): the host's call result, the producer's result and ``tile.store_row``,
+and the readers' arguments are float32, while the rows on both sides keep the value's type
+(:func:`widen`); staged buffers are sized by the float32 element.
 """
 from __future__ import annotations
 
