@@ -23,7 +23,8 @@ The kinds of group:
 - matmul: one ``tile.matmul`` with an element-wise epilogue of its result's shape (bias,
   activation) and the data movement feeding that epilogue; the matmul's own operands are made
   by other groups (its producers stay in their own groups: a kernel tiles a matmul over its
-  operands in memory).
+  operands in memory), except a right operand that is a transpose of the last two axes or a
+  broadcast over the batch of a value made outside: the kernel reads that value in place.
 
 A group's inputs are function arguments in order, then values in program order; inputs, and
 outputs, of equal type are made adjacent, and a group never has more than ``ops.TYPE_RUNS``
@@ -336,11 +337,27 @@ class Partition:
         return len({n.shape for n in outputs}) <= 1
 
     def _matmul_legal(self, matmul: Node, members: set[Node], outputs: list[Node]) -> bool:
-        if any(s in members for s in matmul.operands):
+        lhs, rhs = matmul.operands
+        if lhs in members or rhs in members and not self._weight_view(rhs, matmul, members):
             return False
         epilogue = self._downstream([matmul], members)
         return all(n.op.name in ELEMENTWISE and n.shape == matmul.shape for n in epilogue) \
             and all(n.shape == matmul.shape for n in outputs)
+
+    def _weight_view(self, node: Node, matmul: Node, members: set[Node]) -> bool:
+        """Whether ``node``, the right operand of ``matmul``, is a view of a value made
+        outside the group that a matmul kernel reads in place: a transpose of its last two
+        axes (a Linear weight ``[.., N, K]``) or a broadcast of a ``[K, N]`` over the batch,
+        read by the matmul alone."""
+        if self.users[node] != [matmul] or any(s in members for s in node.operands):
+            return False
+        if node.op.name == "tile.transpose":
+            perm = list(ir.DenseI64ArrayAttr(node.op.attributes["perm"]))
+            n = len(perm)
+            return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+        source = _operand_shape(node)
+        return node.op.name == "tile.broadcast" and len(source) == 2 and \
+            tuple(source) == tuple(node.shape[-2:])
 
     def _reduction_legal(self, reductions: list[Node], members: set[Node],
                          outputs: list[Node]) -> bool:

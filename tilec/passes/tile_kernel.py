@@ -34,7 +34,7 @@ and the readers' arguments are float32, while the rows on both sides keep the va
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from ..diagnostics import TilecError
 from ..dialect import FUSED_ATTR, KERNEL_ATTR
@@ -46,7 +46,8 @@ from ..mlir import func, ir
 from ..pipeline import PassContext, option, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.targets import TARGETS, TargetDesc
-from ..tiling.tiler import Buffer, layout_block, plan_row_tiles
+from ..tiling.gemm import gemm_operands
+from ..tiling.tiler import Buffer, layout_block, parse_gemm_override, plan_gemm, plan_row_tiles
 from .tile_cache_hint import INPUT_HINTS_ATTR
 
 
@@ -119,9 +120,11 @@ def _erase_dead(block: Any) -> None:
             op.erase()
 
 
-def kernelize(fn: Any, target: TargetDesc, wide: "Widened | None" = None) -> None:
+def kernelize(fn: Any, target: TargetDesc, wide: "Widened | None" = None,
+              gemm: Optional[tuple[int, int, int]] = None) -> None:
     """Rewrite the body of ``fn`` (one fused group) into kernel-level IR for ``target``;
-    ``wide`` names the arguments and results that :func:`widen` stores as float32."""
+    ``wide`` names the arguments and results that :func:`widen` stores as float32, ``gemm``
+    overrides the tile of a gemm schedule."""
     wide = wide or Widened()
     block = fn.regions[0].blocks[0]
     _erase_dead(block)
@@ -189,7 +192,7 @@ def kernelize(fn: Any, target: TargetDesc, wide: "Widened | None" = None) -> Non
     for op in reversed(ops):
         op.erase()
     with fn.location:
-        _annotate(fn, plan, buffers, target, block_shape)
+        _annotate(fn, plan, buffers, target, block_shape, gemm)
 
 
 def _reads_across_rows(plan: RowPlan, arg: Any) -> bool:
@@ -213,9 +216,12 @@ def _symbols(fn: Any) -> list[str]:
 
 
 def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc,
-              block: tuple[int, int]) -> None:
+              block: tuple[int, int], gemm: Optional[tuple[int, int, int]]) -> None:
     name = ir.StringAttr(fn.attributes["sym_name"]).value
     params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target, block)
+    operands = gemm_operands(fn, tuple(plan.grid)) if target.gemm is not None else None
+    if operands is not None:
+        params = plan_gemm(params, operands, target, gemm)
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
         "target": ir.StringAttr.get(target.name),
         "symbols": _strs(_symbols(fn)),
@@ -350,6 +356,8 @@ def _drop_unapplied_hints(module: ir.Module, pc: PassContext) -> None:
 class KernelOptions:
     target: str = option("cpu", choices=lambda: TARGETS)   # the description to tile for
     all: bool = False   # a function without groups is itself one kernel
+    # every matmul kernel's tile (tile_m x tile_n x block_k) instead of the target's
+    gemm: str = ""
 
 
 @register("tile-kernel", "build kernel-level IR (grid, rows, buffers) for a target",
@@ -359,6 +367,10 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
     With ``all=true`` a function without groups is itself one kernel."""
     target_name = pc.options.target
     every = pc.options.all
+    try:
+        gemm = parse_gemm_override(pc.options.gemm)
+    except ValueError as e:
+        raise TilecError(f"tile-kernel: {e}") from None
     _drop_unapplied_hints(module, pc)
     for fn in list(module.body.operations):
         if fn.operation.name != "func.func" or KERNEL_ATTR in fn.attributes:
@@ -369,6 +381,6 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
         wide = widened(fn)
         for kernel in kernels:
             kernelize(kernel, TARGETS[target_name],
-                      wide.get(ir.StringAttr(kernel.attributes["sym_name"]).value))
+                      wide.get(ir.StringAttr(kernel.attributes["sym_name"]).value), gemm)
         with fn.location:
             widen(fn, {ir.StringAttr(k.attributes["sym_name"]).value: k for k in kernels})

@@ -10,6 +10,24 @@ from typing import Optional
 
 
 @dataclass(frozen=True)
+class GemmDesc:
+    """What the GEMM schedule needs to know of a machine (:func:`.tiler.plan_gemm`).
+
+    Either ``caches`` (bytes of the memory each operand block of a CPU-style GEMM stays in:
+    a micro-panel of B, a block of A, a block of B) from which the tile is derived, or
+    ``tile`` (tile_m, tile_n, block_k) stated outright, for targets whose tiles follow their
+    matrix instructions rather than their caches."""
+
+    micro: tuple[tuple[int, int], ...]   # the register tiles of the code levels (rows, cols)
+    stages: int                          # operand blocks in flight
+    staging: str                         # where operand blocks are staged
+    small_m: int                         # up to this M, B is streamed once without staging
+    staged_bytes: int                    # bytes of one staged element
+    caches: Optional[tuple[int, int, int]] = None
+    tile: Optional[tuple[int, int, int]] = None
+
+
+@dataclass(frozen=True)
 class TargetDesc:
     name: str
     cores: int               # parallel units the grid is spread over (0: decided at run time)
@@ -28,15 +46,25 @@ class TargetDesc:
     streams_rows: bool = True
     # bytes of one line of the two-dimensional blocks of layout changes (0: row by row)
     block_bytes: int = 0
+    gemm: Optional[GemmDesc] = None   # the GEMM schedule's description (None: rows only)
 
 
 TARGETS: dict[str, TargetDesc] = {
     # CPU: a tile's rows should stay in a core's L2 share; threads are counted at run time.
     "cpu": TargetDesc("cpu", cores=0, vector_bytes=32, local_bytes=256 * 1024, alignment=64,
-                      double_buffer=False, block_bytes=64),
+                      double_buffer=False, block_bytes=64,
+                      # packed float32 panels: B's micro-panel in L1 (48 KiB), A's block in
+                      # half an L2 share (1 MiB), B's block in a share of L3 (4 MiB); the
+                      # micro-kernels of x86-64-v3 (AVX2, 16 registers) and v4 (AVX-512, 32)
+                      gemm=GemmDesc(micro=((6, 16), (14, 32)), stages=1, staging="packed",
+                                    small_m=16, staged_bytes=4,
+                                    caches=(48 << 10, 1 << 20, 4 << 20))),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
-                         alignment=32, double_buffer=True),
+                         alignment=32, double_buffer=True,
+                         # the Cube's 16 x 16 x 16 fractals, L0A/L0B (64 KiB) double-buffered
+                         gemm=GemmDesc(micro=((16, 16),), stages=2, staging="l1-l0",
+                                       small_m=0, staged_bytes=2, tile=(128, 256, 64))),
     # NVIDIA GPUs as the PTX backend runs a row: the threads of a block read its input rows and
     # write its output rows in global memory (no copies, no double buffering); element-wise and
     # data-movement values stay in registers; dynamic shared memory holds what needs memory
@@ -46,7 +74,10 @@ TARGETS: dict[str, TargetDesc] = {
     "ptx": TargetDesc("ptx", cores=132, vector_bytes=16, local_bytes=227 * 1024, alignment=16,
                       double_buffer=False, staged_io=False,
                       staged_ops=frozenset({"tile.reduce", "tile.softmax", "tile.matmul"}),
-                      resident_levels=frozenset({"L1", "SHARED", "UB"}), streams_rows=False),
+                      resident_levels=frozenset({"L1", "SHARED", "UB"}), streams_rows=False,
+                      # mma.sync m16n8k16 tiles; cp.async stages of 128 x 32 blocks in shared
+                      gemm=GemmDesc(micro=((16, 8),), stages=3, staging="shared",
+                                    small_m=0, staged_bytes=2, tile=(128, 128, 32))),
 }
 
 

@@ -6,11 +6,17 @@ copies) and a target description.  Out: :class:`TileParams`, which tile-kernel w
 the kernel's ``tile.kernel`` attribute (``--emit=kernel`` prints it) and which
 :meth:`TileParams.of` reads back.
 
-A schedule names how a kernel walks its iteration space; ``rows`` is the one built so far: one
-row of the grid at a time, ``tile_rows`` rows per tile when rows are known to be small, every
-buffer streamed in chunks when a row is larger than local memory (``streamed``).  The GEMM
-(M x N tiles with a K loop) and attention (query blocks over key/value blocks) schedules add
-their own fields to this record and their own planning function beside :func:`plan_rows`.
+A schedule names how a kernel walks its iteration space.  ``rows``: one row of the grid at a
+time, ``tile_rows`` rows per tile when rows are known to be small, every buffer streamed in
+chunks when a row is larger than local memory (``streamed``).  ``gemm``: a kernel holding a
+matmul whose operands the kernel reads where they are, with its element-wise epilogue; the
+record then holds a :class:`GemmTile` (:func:`plan_gemm`): output tiles of ``tile_m`` x
+``tile_n``, K in blocks of ``block_k``, ``stages`` blocks in flight, the operands staged
+where ``staging`` says, B read as stored (``transpose_b``: a ``[.., N, K]`` weight) and once
+for every batch (``broadcast_b``), the epilogue applied to each finished accumulator tile
+before its one store; the row body stays, as the epilogue's definition and the lowering of
+backends that do not tile matmul yet.  The attention schedule (query blocks over key/value
+blocks) will add its own record beside it.
 
 What tiling splits and what it cannot: a target whose backend streams rows through local
 memory in chunks (``TargetDesc.streams_rows``: the CPU reads rows where they are and keeps
@@ -23,16 +29,19 @@ located error naming the kernel, its buffers and the numbers.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ..diagnostics import Span, TilecError
 from ..dialect.types import ELEMENT_BYTES, TensorInfo
 from ..dims import ELLIPSIS, Dim, parse_dim
 from ..mlir import ir
-from .targets import TargetDesc
+from .targets import GemmDesc, TargetDesc
 
 ROWS = "rows"
+GEMM = "gemm"
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,44 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class GemmTile:
+    """The two-dimensional schedule of a matmul kernel (see the module docstring)."""
+
+    tile_m: int                  # output rows per tile (rows of A staged together)
+    tile_n: int                  # output columns per tile (columns of B staged together)
+    block_k: int                 # K per block: the operands are staged block by block
+    stages: int                  # blocks in flight (1: stage, then compute)
+    staging: str                 # where blocks are staged: "packed" (CPU panels), "shared"...
+    micro: tuple[int, ...]       # register tiles (rows, cols) of the code levels, flattened
+    small_m: int                 # up to this M, B streams once from memory, not staged
+    lhs: int                     # the kernel argument that is A ([.., M, K])
+    rhs: int                     # ... B ([.., K, N], or [.., N, K] with transpose_b)
+    transpose_b: bool
+    broadcast_b: bool            # one B ([K, N]) for every batch of A
+
+    def attributes(self) -> ir.DictAttr:
+        i64 = ir.IntegerType.get_signless(64)
+        ints = {k: ir.IntegerAttr.get(i64, getattr(self, k))
+                for k in ("tile_m", "tile_n", "block_k", "stages", "small_m", "lhs", "rhs")}
+        return ir.DictAttr.get({
+            **ints, "staging": ir.StringAttr.get(self.staging),
+            "micro": ir.DenseI64ArrayAttr.get(list(self.micro)),
+            "transpose_b": ir.BoolAttr.get(self.transpose_b),
+            "broadcast_b": ir.BoolAttr.get(self.broadcast_b)})
+
+    @staticmethod
+    def of(attr: Any) -> "GemmTile":
+        d = ir.DictAttr(attr)
+        n = {k: ir.IntegerAttr(d[k]).value
+             for k in ("tile_m", "tile_n", "block_k", "stages", "small_m", "lhs", "rhs")}
+        return GemmTile(n["tile_m"], n["tile_n"], n["block_k"], n["stages"],
+                        ir.StringAttr(d["staging"]).value,
+                        tuple(ir.DenseI64ArrayAttr(d["micro"])), n["small_m"], n["lhs"],
+                        n["rhs"], ir.BoolAttr(d["transpose_b"]).value,
+                        ir.BoolAttr(d["broadcast_b"]).value)
+
+
+@dataclass(frozen=True)
 class TileParams:
     """The tile parameters of one kernel (see the module docstring)."""
 
@@ -68,10 +115,13 @@ class TileParams:
     # layout changes: (rows, elements) of the two-dimensional blocks a tile is walked in, the
     # rows of one block's elements read together; (0, 0): row after row
     block: tuple[int, int] = (0, 0)
+    gemm: Optional[GemmTile] = None   # the matmul schedule (``schedule == "gemm"``)
 
     def attributes(self) -> dict[str, ir.Attribute]:
         i64 = ir.IntegerType.get_signless(64)
+        extra = {"gemm": self.gemm.attributes()} if self.gemm is not None else {}
         return {
+            **extra,
             "schedule": ir.StringAttr.get(self.schedule),
             "grid": ir.ArrayAttr.get([ir.StringAttr.get(g) for g in self.grid]),
             "row_bytes": ir.StringAttr.get(str(self.row_bytes)),
@@ -91,7 +141,8 @@ class TileParams:
             parse_dim(ir.StringAttr(kernel["whole_bytes"]).value),
             ir.IntegerAttr(kernel["tile_rows"]).value,
             ir.BoolAttr(kernel["streamed"]).value,
-            tuple(ir.DenseI64ArrayAttr(kernel["block"])))
+            tuple(ir.DenseI64ArrayAttr(kernel["block"])),
+            GemmTile.of(kernel["gemm"]) if "gemm" in kernel else None)
 
 
 def _total(buffers: Sequence[Buffer], align: int) -> Dim:
@@ -146,3 +197,61 @@ def plan_row_tiles(name: str, span: Span | None, grid: Sequence[Any], buffers: S
                                target.local_bytes // max(row_bytes.value, 1)))
     return TileParams(ROWS, tuple(str(g) for g in grid), row_bytes, whole_bytes, tile_rows,
                       streamed, block)
+
+
+@dataclass(frozen=True)
+class GemmOperands:
+    """How a matmul kernel reads its operands (found by tile-kernel)."""
+
+    lhs: int
+    rhs: int
+    transpose_b: bool
+    broadcast_b: bool
+
+
+def _power_of_two_floor(x: int) -> int:
+    return 1 << max(x, 1).bit_length() - 1
+
+
+def gemm_tile(desc: GemmDesc) -> tuple[int, int, int]:
+    """(tile_m, tile_n, block_k) of a target: its ``tile``, or from its ``caches``
+    (panel, block, shared): block_k the largest power of two whose micro-panel of B (block_k
+    x the widest micro tile's columns) fits the first; tile_m the rows of A whose block
+    fills half the second (the rest is B's panels and C passing through), a multiple of
+    every micro tile's rows; tile_n the columns of B whose block fills the third, a
+    multiple of every micro tile's columns."""
+    if desc.tile is not None:
+        return desc.tile
+    assert desc.caches is not None
+    panel, block, shared = desc.caches
+    rows = math.lcm(*(r for r, _ in desc.micro))
+    cols = math.lcm(*(c for _, c in desc.micro))
+    e = desc.staged_bytes
+    block_k = _power_of_two_floor(panel // (max(c for _, c in desc.micro) * e))
+    tile_m = max(rows, block // 2 // (block_k * e) // rows * rows)
+    tile_n = max(cols, shared // (block_k * e) // cols * cols)
+    return tile_m, tile_n, block_k
+
+
+def parse_gemm_override(text: str) -> Optional[tuple[int, int, int]]:
+    """``MxNxK`` (tile_m, tile_n, block_k; every one at least 1), or None for ``""``;
+    ValueError naming the text otherwise."""
+    if not text:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"gemm tile '{text}' is not MxNxK with three positive integers")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def plan_gemm(rows: TileParams, operands: GemmOperands, target: TargetDesc,
+              override: Optional[tuple[int, int, int]] = None) -> TileParams:
+    """The ``gemm`` schedule of a kernel whose ``rows`` record is ``rows``: the target's tile
+    (:func:`gemm_tile`) or ``override`` (tile-kernel's option ``gemm=MxNxK``)."""
+    desc = target.gemm
+    assert desc is not None
+    tile_m, tile_n, block_k = override or gemm_tile(desc)
+    micro = tuple(x for pair in desc.micro for x in pair)
+    tile = GemmTile(tile_m, tile_n, block_k, desc.stages, desc.staging, micro, desc.small_m,
+                    operands.lhs, operands.rhs, operands.transpose_b, operands.broadcast_b)
+    return dataclasses.replace(rows, schedule=GEMM, gemm=tile)

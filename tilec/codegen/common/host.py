@@ -33,8 +33,9 @@ from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, KERNEL_ATTR, LEAD_ATTR, SY
 from ...dims import ELLIPSIS
 from ...mlir import ir
 from .backend import HostTarget
-from .schedule import (Impl, ImplBuilder, Kernel, Param, c_string, failure, functions_of,
-                       strings, with_values)
+from ...tiling.tiler import TileParams
+from .schedule import (GemmLaunch, Impl, ImplBuilder, Kernel, Param, c_string, failure,
+                       functions_of, strings, with_values)
 
 METADATA_FORMAT = 1
 @functools.cache
@@ -274,8 +275,27 @@ def _kernels(module: Any) -> dict[str, Kernel]:
     for name, fn in functions_of(module).items():
         if KERNEL_ATTR in fn.attributes:
             buffers = len(fn.type.inputs) + len(fn.type.results)
-            out[name] = Kernel(len(out), f"_mlir_ciface_{name}", buffers)
+            out[name] = Kernel(len(out), f"_mlir_ciface_{name}", buffers,
+                               gemm=_gemm_launch(fn))
     return out
+
+
+GEMM_DTYPES = {"float32": "TILEC_GEMM_F32", "float16": "TILEC_GEMM_F16",
+               "bfloat16": "TILEC_GEMM_BF16"}
+
+
+def _gemm_launch(fn: Any) -> GemmLaunch | None:
+    """How the host runs kernel ``fn`` on the CPU GEMM, if its schedule is ``gemm``."""
+    tile = TileParams.of(ir.DictAttr(fn.attributes[KERNEL_ATTR])).gemm
+    if tile is None:
+        return None
+    inputs = list(fn.type.inputs)
+    dtypes = [tensor_info(inputs[k]).dtype for k in (tile.lhs, tile.rhs)]
+    if any(d not in GEMM_DTYPES for d in dtypes):
+        return None
+    return GemmLaunch(tile.lhs, tile.rhs, len(inputs), GEMM_DTYPES[dtypes[0]],
+                      GEMM_DTYPES[dtypes[1]], tile.transpose_b, tile.broadcast_b,
+                      (tile.tile_m, tile.tile_n, tile.block_k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +342,7 @@ class HostCode:
     header: str
     metadata: dict
     exports: list[str]
+    gemm: bool = False     # whether a kernel runs on the CPU GEMM (the runtime's cpu_gemm.c)
 
 
 @dataclass(frozen=True)
@@ -376,4 +397,5 @@ def generate(module: Any, *, name: str, source: str, arch: str, target: HostTarg
     exports += target.exports
     templates = _templates(target.templates)
     return HostCode(templates.get_template("backend/host.c.j2").render(context),
-                    templates.get_template("backend/header.h.j2").render(context), meta, exports)
+                    templates.get_template("backend/header.h.j2").render(context), meta, exports,
+                    any(k.gemm is not None for k in kernels.values()))

@@ -27,6 +27,7 @@ RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
          "-fsemantic-interposition")
 CPU_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h")
+GEMM_RUNTIME = ("cpu_gemm.c", "cpu_gemm.h")   # only where a kernel runs on the CPU GEMM
 CUDA_RUNTIME = ("tilec_cuda.c", "tilec_cuda.h")
 
 
@@ -35,7 +36,8 @@ def link(host: HostCode, kernels_objects: Sequence[bytes] | None, cc: str,
     """The shared library named ``soname`` (with the CUDA launcher when there are no kernels
     objects); TilecError naming the compiler when it is missing or fails."""
     command = c_compiler(cc)
-    runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_objects is None else ())
+    runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_objects is None else ()) \
+        + (GEMM_RUNTIME if host.gemm else ())
     with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
         work = Path(tmp)
         inputs = prepare(work, host, runtime) + _written(work, kernels_objects or ())

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import lcm
-from typing import Any
+from typing import Any, Optional
 
 from ...diagnostics import TilecError
 from ...dialect import (BUFFERS_ATTR, ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR, Param,
@@ -96,6 +96,22 @@ class Kernel:
     buffers: int                      # memrefs before dims: arguments, then results
     shared: Dim = Dim.const(0)        # ptx: dynamic shared memory per block
     row_elements: Dim = Dim.const(1)  # ptx: elements of the largest output row
+    gemm: Optional["GemmLaunch"] = None   # cpu: the kernel is the epilogue of a GEMM
+
+
+@dataclass(frozen=True)
+class GemmLaunch:
+    """What the host passes the CPU GEMM of a ``gemm`` kernel (``cpu_gemm.h``): which
+    buffers are A, B and the first result, their element types, how B is read, the tile."""
+
+    lhs: int
+    rhs: int
+    out: int
+    lhs_dtype: str        # TILEC_GEMM_F32, _F16 or _BF16
+    rhs_dtype: str
+    transpose_b: bool
+    broadcast_b: bool
+    tile: tuple[int, int, int]   # tile_m, tile_n, block_k
 
 
 @dataclass

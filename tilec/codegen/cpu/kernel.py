@@ -52,6 +52,7 @@ from ...dialect import ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR
 from ...dialect.types import FLOAT_DTYPES, TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import arith, func, ir, llvm, memref, scf
+from ...tiling.tiler import GemmTile, TileParams
 from ..common.layout import grid_dim, shape_of
 from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
                            grid_point, kernel_target, narrow, next_grid_point, reduced_sizes,
@@ -61,6 +62,9 @@ from ..common.scalar import (Num, bitcast, const, f32, fabs, i16, i32, i64, inde
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, numel, reindex, row_major)
 from . import mathlib
+
+
+EPILOGUE = "__epilogue"   # the suffix of a gemm kernel's epilogue function
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,17 @@ class KernelSignature:
     symbols: tuple[str, ...]     # the values ``dims`` starts with
     rank_generic: bool           # whether ``dims`` continues with n and the ``...`` extents
     grid: tuple[str, ...]        # the grid's dimensions ("..." for the leading extents)
+    gemm: Optional[GemmTile] = None   # the matmul schedule: the function is its epilogue
 
     @property
     def c_symbol(self) -> str:
         return f"_mlir_ciface_{self.name}"
+
+    @property
+    def c_symbols(self) -> list[str]:
+        """The C symbols of its functions: the rows function, and a gemm kernel's epilogue
+        (:meth:`_Kernel.build_epilogue`)."""
+        return [self.c_symbol] + ([self.c_symbol + EPILOGUE] if self.gemm is not None else [])
 
 
 CACHE_LINE_BYTES = 64
@@ -199,12 +210,13 @@ class _Kernel(RowLowering):
 
     backend = "cpu"
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, epilogue: bool = False) -> None:
         super().__init__(fn)
+        self.epilogue = epilogue
         self.signature = KernelSignature(
             self.name, tuple(argument_storage(i) for i in self.inputs),
             tuple(i.dtype for i in self.outputs), tuple(self.symbols), self.rank_generic,
-            tuple(self.grid))
+            tuple(self.grid), TileParams.of(fn.attributes[KERNEL_ATTR]).gemm)
         self.deallocs: list[ir.Value] = []
         self.rows_out: dict[int, _RowOut] = {}    # output number -> where its row goes
         self.next_coords: list[Num] = []          # the grid point after ``coords``
@@ -220,11 +232,17 @@ class _Kernel(RowLowering):
         self.block = tuple(ir.DenseI64ArrayAttr(kernel["block"])) if "block" in kernel \
             else (0, 0)
         self.element_range: Optional[tuple[Num, Num]] = None
+        # a gemm kernel's accumulator tile: (buffer, first row, its row stride)
+        self.accumulator: Optional[tuple[ir.Value, Num, Num]] = None
+        self.row: Optional[Num] = None            # the grid row being computed
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
         buffers = [_memref(s) for s in self.signature.inputs + self.signature.outputs]
         dims_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], i64())
+        if self.epilogue:
+            self.build_epilogue(buffers, dims_type)
+            return
         ftype = ir.FunctionType.get(buffers + [dims_type, index(), index()], [])
         with self.fn.location:
             fn = func.FuncOp(self.name, ftype)
@@ -247,6 +265,47 @@ class _Kernel(RowLowering):
                 if any(out.streams is not None for out in self.rows_out.values()):
                     # non-temporal stores are weakly ordered: drain them before returning
                     llvm.call_intrinsic(None, "llvm.x86.sse.sfence", [], [], [])
+                for buf in self.deallocs:
+                    memref.dealloc(buf)
+                func.ReturnOp([])
+
+    def build_epilogue(self, buffers: list[ir.Type], dims_type: ir.Type) -> None:
+        """The second function of a ``gemm`` kernel, ``NAME__epilogue`` (the first, the rows
+        function, computes the whole kernel where nothing else runs the matmul): the
+        epilogue over one accumulator tile,
+
+            (memref per argument, memref per result, memref<?xf32> acc, memref<?xi64> dims,
+             index row_begin, index row_end, index col_begin, index col_end, index ld)
+
+        stores elements [col_begin, col_end) of the rows [row_begin, row_end) of every
+        result, the matmul's value read from ``acc`` (element (r, j) at (r - row_begin) * ld
+        + j - col_begin), everything else as the row body says; the runtime's GEMM
+        (``cpu_gemm.c``) calls it with each finished tile."""
+        ftype = ir.FunctionType.get(buffers + [_memref("float32"), dims_type] + [index()] * 5,
+                                    [])
+        with self.fn.location:
+            fn = func.FuncOp(self.name + EPILOGUE, ftype)
+            fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            block = fn.add_entry_block()
+            args = list(block.arguments)
+            n_in = len(self.inputs)
+            self.arg_buffers = args[:n_in]
+            self.out_buffers = args[n_in:n_in + len(self.outputs)]
+            acc, dims_buffer, row_begin, row_end, col_begin, col_end, ld = args[-7:]
+            with ir.InsertionPoint(block):
+                self.entry = ir.InsertionPoint(block)
+                self._bind_symbols(dims_buffer)
+                self.accumulator = (acc, Num(row_begin), Num(ld))
+                self.element_range = (Num(col_begin), Num(col_end))
+                extents = [self.dim(grid_dim(g)) for g in self.grid]
+                rows = scf.ForOp(row_begin, row_end, const(index(), 1).value)
+                self.entry = ir.InsertionPoint(rows.operation)
+                with ir.InsertionPoint(rows.body):
+                    self.row = Num(rows.induction_variable)
+                    self.coords = grid_point(self.row, extents) if len(extents) > 1 \
+                        else [self.row]
+                    self.body()
+                    scf.YieldOp([])
                 for buf in self.deallocs:
                     memref.dealloc(buf)
                 func.ReturnOp([])
@@ -760,7 +819,10 @@ class _Kernel(RowLowering):
 
     def matmul(self, op: Any) -> Lazy:
         """``[.., M, K] @ [.., K, N]`` (or a row ``[K] @ [K, N]``) into scratch: for each
-        output row, k outside n so that the inner loop runs along contiguous rows."""
+        output row, k outside n so that the inner loop runs along contiguous rows; in a
+        ``gemm`` kernel, the row of the accumulator tile that the runtime computed."""
+        if self.accumulator is not None:
+            return self.accumulated(op)
         lhs, rhs = (self.readable(self.lazy(v)) for v in op.operands)
         info = self.result_info(op)
         sizes = shape_of(info)
@@ -780,6 +842,15 @@ class _Kernel(RowLowering):
                                rows + [n])
         return out
 
+
+    def accumulated(self, op: Any) -> View:
+        """The matmul's row in the accumulator tile (:meth:`build_epilogue`)."""
+        assert self.accumulator is not None and self.row is not None \
+            and self.element_range is not None
+        acc, first, ld = self.accumulator
+        info = self.result_info(op)
+        base = (self.row - first) * ld - self.element_range[0]
+        return View(acc, "float32", base, Dim.const(0), shape_of(info), (ONE,), info.dtype)
 
 
 def _only_user(value: Any) -> Optional[Any]:
@@ -842,4 +913,6 @@ def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[KernelSignature]]:
                     kernel = _Kernel(op)
                     kernel.build()
                     signatures.append(kernel.signature)
+                    if kernel.signature.gemm is not None:
+                        _Kernel(op, epilogue=True).build()
     return out, signatures

@@ -63,7 +63,7 @@ def optimised(module: ir.Module, arch: str) -> tuple[list[KernelSignature],
     variants = code_variants(arch)
     built = []
     for variant in variants:
-        mod, tm = optimise(text, Machine(variant.arch), [k.c_symbol for k in kernels],
+        mod, tm = optimise(text, Machine(variant.arch), [c for k in kernels for c in k.c_symbols],
                            variant.suffix)
         label = f"; ---- {variant.arch} ----\n" if len(variants) > 1 else ""
         built.append((label + str(mod), mod, tm))

@@ -14,7 +14,7 @@
 // CHOICE: {{^}}<pass-pipeline>:1:22: error: tile-kernel: option 'target' expects one of {{.*}}ptx, got 'gpu'{{$}}
 // CHOICE-NEXT: {{^}}tile-kernel{all=true target=gpu}{{$}}
 // CHOICE-NEXT: {{^}}                     ^~~~~~~~~~{{$}}
-// UNKNOWN: {{^}}<pass-pipeline>:1:28: error: tile-kernel has no option 'depth'; options: target, all{{$}}
+// UNKNOWN: {{^}}<pass-pipeline>:1:28: error: tile-kernel has no option 'depth'; options: target, all, gemm{{$}}
 // UNKNOWN-NEXT: {{^}}builtin.module(tile-kernel{depth=2}){{$}}
 // UNKNOWN-NEXT: {{^}}                           ^~~~~~~{{$}}
 // NONE: <pass-pipeline>:1:11: error: tile-fuse has no option 'aggressive'; it takes none
