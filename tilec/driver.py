@@ -52,6 +52,7 @@ class CompileOptions:
     debug_info: bool = False
     arch: str = ""                        # "" = the target's backend's default
     test_break: str = ""                  # a function whose library output is perturbed (tests)
+    gemm_tile: str = ""                   # MxNxK: every matmul kernel's tile (tile-kernel's gemm)
 
     def sema(self) -> SemaOptions:
         from .frontend.sema import Options
@@ -344,7 +345,9 @@ def build_kernels(module, options: CompileOptions, sink: DiagnosticSink) -> None
     from .codegen.registry import backend_of
 
     target = backend_of(options.target).description.name
-    run_pipeline(module, parse_pipeline(f"tile-kernel{{all=true target={target}}}"), sink)
+    gemm = f" gemm={options.gemm_tile}" if options.gemm_tile else ""
+    run_pipeline(module, parse_pipeline(f"tile-kernel{{all=true target={target}{gemm}}}"),
+                 sink)
 
 
 def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:

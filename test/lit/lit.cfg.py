@@ -28,4 +28,6 @@ config.environment["TILEC_CACHE_DIR"] = (os.environ.get("TILEC_CACHE_DIR")
                                          or str(repo / "test" / "lit" / "Output" / "tilec-cache"))
 
 config.substitutions.append(("%examples", str(repo.parent / "shared" / "examples")))
+config.substitutions.append(("%runtime", str(repo / "tilec" / "runtime")))
+config.substitutions.append(("%cc", os.environ.get("CC") or "cc"))
 config.substitutions.append(("FileCheck", "filecheck"))

@@ -1,0 +1,174 @@
+"""Matmul kernels on the CPU GEMM (``tilec/runtime/cpu_gemm.c``) against the reference: every
+layout the gemm schedule reads in place (plain, transposed weight, batched, weight broadcast
+over the batch), float32/bfloat16/float16 operands, a fused epilogue with several outputs,
+at the awkward sizes 1, 7, 127, 255 and 1000, on both micro-kernels (x86-64-v4's in this
+process where the CPU has AVX-512, x86-64-v3's in a child with TILEC_CPU=x86-64-v3), both the
+packed path (M > 16) and the streamed one (M <= 16)."""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilec
+from tilec.harness.numerics import assert_close
+from tilec.frontend import compile_source
+from tilec.harness.reference import run
+
+SOURCE = """
+func plain(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] {
+  return x @ w;
+}
+func linear(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k]) -> Tensor<f32>[m, n] {
+  return x @ transpose(w, perm=[1, 0]);
+}
+func batched(x: Tensor<f32>[b, m, k], w: Tensor<f32>[b, k, n]) -> Tensor<f32>[b, m, n] {
+  return x @ w;
+}
+func shared(x: Tensor<f32>[b, m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[b, m, n] {
+  return x @ w;
+}
+func shared_linear(x: Tensor<f32>[b, m, k], w: Tensor<f32>[b, n, k]) -> Tensor<f32>[b, m, n] {
+  return x @ transpose(w, perm=[0, 2, 1]);
+}
+func fused(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k], bias: Tensor<f32>[n],
+           res: Tensor<f32>[m, n]) -> (Tensor<f32>[m, n], Tensor<f32>[m, n]) {
+  let h = x @ transpose(w, perm=[1, 0]) + bias;
+  return (gelu(h) + res, h * 0.5);
+}
+func bf16(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<f32>[m, n] {
+  return cast(x @ transpose(w, perm=[1, 0]), f32);
+}
+func f16(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n], bias: Tensor<f16>[n]) -> Tensor<f16>[m, n] {
+  return relu(x @ w + bias);
+}
+"""
+
+SIZES = (1, 7, 127, 255, 1000)
+# (m, n, k): every size as each of M, N and K, with the other two small and large
+SHAPES = sorted({s for v in SIZES for s in ((v, 7, 127), (7, v, 255), (127, 255, v),
+                                             (v, 1000, 7), (255, v, 1))})
+RNG = np.random.default_rng(17)
+
+
+@functools.lru_cache(maxsize=1)
+def reference_module():
+    return compile_source(SOURCE, "gemm.tile")
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return tilec.compile_string(SOURCE, "gemm.tile")
+
+
+def rand(shape, dtype=np.float32):
+    """Multiples of 1/4 in [-1, 1]: every product and every partial sum of a matmul is exact
+    in float32, so that the result does not depend on the order of the sums (the numerical
+    contract's float32 tolerance is tighter than the rounding of a long sum near zero), and a
+    wrong index or a dropped block shows at once."""
+    return (RNG.integers(-4, 5, shape) / 4).astype(dtype)
+
+
+def arguments(name: str, m: int, n: int, k: int) -> list[np.ndarray]:
+    b = 3
+    return {
+        "plain": lambda: [rand((m, k)), rand((k, n))],
+        "linear": lambda: [rand((m, k)), rand((n, k))],
+        "batched": lambda: [rand((b, m, k)), rand((b, k, n))],
+        "shared": lambda: [rand((b, m, k)), rand((k, n))],
+        "shared_linear": lambda: [rand((b, m, k)), rand((b, n, k))],
+        "fused": lambda: [rand((m, k)), rand((n, k)), rand(n), rand((m, n))],
+        "bf16": lambda: [rand((m, k), BF16), rand((n, k), BF16)],
+        "f16": lambda: [rand((m, k), np.float16), rand((k, n), np.float16),
+                        rand(n, np.float16)],
+    }[name]()
+
+
+def agrees(lib, name: str, m: int, n: int, k: int) -> None:
+    args = arguments(name, m, n, k)
+    got = getattr(lib, name)(*args)
+    want = run(reference_module(), name, *args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        assert_close(g, w, w.dtype)
+
+
+FUNCTIONS = ("plain", "linear", "batched", "shared", "shared_linear", "fused", "bf16", "f16")
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_matches_the_reference(lib, name):
+    shapes = SHAPES if name in ("plain", "linear", "fused") else SHAPES[::3]
+    for m, n, k in shapes:
+        agrees(lib, name, m, n, k)
+
+
+def test_every_kernel_runs_on_the_gemm():
+    """Each function is one kernel of the gemm schedule: no transposed or broadcast copy of
+    the weight is made by a kernel of its own."""
+    from tilec.driver import CompileOptions, kernel_module
+    from tilec.diagnostics import DiagnosticSink
+    from tilec.dialect import KERNEL_ATTR, make_context
+    from tilec.mlir import ir
+    schedules = {}
+    with make_context():
+        module = kernel_module(SOURCE, "gemm.tile", CompileOptions(), DiagnosticSink())
+        ops = list(module.body.operations)
+    for op in ops:
+        if KERNEL_ATTR in op.attributes:
+            name = ir.StringAttr(op.attributes["sym_name"]).value.split("__")[0]
+            kernel = ir.DictAttr(op.attributes[KERNEL_ATTR])
+            schedules.setdefault(name, []).append(ir.StringAttr(kernel["schedule"]).value)
+    assert schedules == {name: ["gemm"] for name in FUNCTIONS}
+
+
+CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import tilec, test_gemm
+lib = tilec.compile_string(test_gemm.SOURCE, "gemm.tile")
+for name in test_gemm.FUNCTIONS:
+    for m, n, k in ((1, 255, 127), (7, 1000, 255), (127, 255, 1000), (255, 7, 1)):
+        test_gemm.agrees(lib, name, m, n, k)
+"""
+
+
+def test_matches_the_reference_on_the_avx2_code():
+    """TILEC_CPU=x86-64-v3: the 6 x 16 micro-kernel and the AVX2 streaming code."""
+    env = dict(os.environ, TILEC_CPU="x86-64-v3")
+    done = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_one_thread_gives_the_same_bits():
+    """The GEMM's sums do not depend on how the work is shared out."""
+    probe = ("import sys, numpy as np, tilec; sys.path.insert(0, sys.argv[1]); "
+             "import test_gemm as t; lib = tilec.compile_string(t.SOURCE, 'gemm.tile'); "
+             "r = np.random.default_rng(3); x = r.standard_normal((300, 700), np.float32); "
+             "w = r.standard_normal((513, 700), np.float32); "
+             "sys.stdout.buffer.write(lib.linear(x, w).tobytes())")
+    outs = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, TILEC_NUM_THREADS=threads)
+        done = subprocess.run([sys.executable, "-c", probe, os.path.dirname(__file__)],
+                              env=env, capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs.append(done.stdout)
+    assert outs[0] == outs[1]
+
+
+def test_a_gemm_tile_override_changes_nothing_but_speed():
+    """tile-kernel's gemm=MxNxK (a tile that does not divide the problem, and K blocks of 16)
+    gives the same results."""
+    fused = SOURCE[SOURCE.index("func fused"):SOURCE.index("func bf16")]
+    lib = tilec.compile_string(fused, "gemm.tile", gemm_tile="18x64x16")
+    for m, n, k in ((100, 90, 70), (255, 1000, 127)):
+        agrees(lib, "fused", m, n, k)
