@@ -62,3 +62,24 @@ def test_targets_and_environment_are_reported(quick_report):
     assert "OPENBLAS_CORETYPE=unset" in out          # tilec bench ran NumPy without it
     assert "tokens 64 x hidden 256" in out
     assert "torch" not in out.lower()
+
+
+def test_quick_gemm_bench_prints_its_table(tmp_path):
+    """``tilec bench --ops gemm --quick --no-torch``: every case has a row with GFLOP/s and a
+    share of the peak, and the fused layer's line names the epilogue's cost."""
+    env = {**os.environ, "TILEC_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", "import sys; from tilec.cli import main; "
+                           "sys.exit(main())", "bench", "--ops", "gemm", "--quick", "--no-torch",
+                           "-o", str(tmp_path / "gemm.md")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out == (tmp_path / "gemm.md").read_text()
+    assert re.search(r"CPU code: x86-64-v[34]; .* peak \d+ GFLOP/s \(\d+ cores x 2 FMA units",
+                     out)
+    rows = [ln for ln in out.splitlines() if re.match(r"\| \d+ \| \d+ \| \d+ \| \w+ \| ", ln)]
+    assert [r.split(" | ")[3] for r in rows] == ["float32", "bfloat16", "float16"]
+    for row in rows:
+        cells = row.strip("| ").split(" | ")
+        assert re.fullmatch(NUMBER, cells[5]) and re.fullmatch(rf"{NUMBER}%", cells[6]), row
+    assert re.search(r"the epilogue adds -?\d+\.\d%", out)

@@ -1,0 +1,242 @@
+"""tilec's matmul (the CPU GEMM of ``runtime/cpu_gemm.c``) against ``torch.matmul``, NumPy and,
+for the fused ``gelu(x @ transpose(w) + b)``, PyTorch eager and ``torch.compile``.
+
+In: the shapes of issue 17 (square 512 to 4096; LLM layers M in {1, 16, 128, 2048} by (K, N)
+in {(4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336)}) in float32, bfloat16 and
+float16.  Out: one markdown table: per case the best time of each implementation (outputs
+preallocated for every one, ``out=``), tilec's GFLOP/s and fraction of the machine's peak
+FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) also reports the
+weight's bytes per second against a copy's (``np.copyto`` between preallocated buffers,
+bytes read and written), with ROTATE weights whose working set is at least twice the last
+level cache when the machine holds them (else as many as fit a quarter of its memory).
+
+Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512, 8 for AVX2,
+as the code tilec runs) x 2 flops x the clock (``cpu MHz`` of /proc/cpuinfo, the nominal
+clock; turbo makes real peaks higher, so the fraction is an upper bound).
+
+    tilec bench --ops gemm [--full] [--quick] [--no-torch] [-o FILE]
+
+The default run is short (square 1024 and 2048, M in {1, 16, 128, 2048} at K = N = 4096, the
+fused layer at M = 2048, float32 and bfloat16); ``--full`` runs every shape and dtype of the
+issue; ``--quick`` is a smoke test of seconds.  ``TILEC_CPU=x86-64-v3`` times the AVX2 code.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+import tilec
+
+SOURCE = """
+func mm_f32(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] { return x @ w; }
+func mm_bf16(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n]) -> Tensor<bf16>[m, n] { return x @ w; }
+func mm_f16(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n]) -> Tensor<f16>[m, n] { return x @ w; }
+func linear(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k]) -> Tensor<f32>[m, n] {
+  return x @ transpose(w, perm=[1, 0]);
+}
+func linear_gelu(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k], b: Tensor<f32>[n])
+    -> Tensor<f32>[m, n] {
+  return gelu(x @ transpose(w, perm=[1, 0]) + b);
+}
+"""
+DTYPES = {"float32": (np.float32, "f32"), "bfloat16": (ml_dtypes.bfloat16, "bf16"),
+          "float16": (np.float16, "f16")}
+SQUARE = (512, 1024, 2048, 4096)
+LLM_M = (1, 16, 128, 2048)
+LLM_KN = ((4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336))
+Case = tuple[int, int, int, str]     # m, n, k, dtype
+
+
+def cases(full: bool, quick: bool) -> list[Case]:
+    if quick:
+        return [(64, 64, 64, "float32"), (1, 96, 80, "bfloat16"), (20, 48, 40, "float16")]
+    if full:
+        shapes = [(s, s, s) for s in SQUARE] + [(m, n, k) for m in LLM_M for k, n in LLM_KN]
+        return [(m, n, k, d) for d in DTYPES for m, n, k in shapes]
+    shapes = [(1024, 1024, 1024), (2048, 2048, 2048)] + [(m, 4096, 4096) for m in LLM_M]
+    return [(m, n, k, d) for d in ("float32", "bfloat16") for m, n, k in shapes]
+
+
+def best(run: Callable[[], Any], repeat: int) -> float:
+    run()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def peak_gflops(lanes: int) -> tuple[float, str]:
+    cores = len(os.sched_getaffinity(0))
+    mhz = 0.0
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            mhz = float(line.split(":")[1])
+            break
+    peak = cores * 2 * lanes * 2 * mhz / 1000
+    return peak, f"{cores} cores x 2 FMA units x {lanes} lanes x 2 flops x {mhz:.0f} MHz"
+
+
+def last_level_cache() -> int:
+    try:
+        return os.sysconf("SC_LEVEL3_CACHE_SIZE") or os.sysconf("SC_LEVEL2_CACHE_SIZE")
+    except (ValueError, OSError):
+        return 32 << 20
+
+
+def weights(k: int, n: int, dtype: Any, rotate: bool, rng: np.random.Generator) -> list:
+    one = (rng.standard_normal((k, n), dtype=np.float32) * 0.05).astype(dtype)
+    if not rotate:
+        return [one]
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    want = max(2, -(-2 * last_level_cache() // one.nbytes))
+    count = max(2, min(want, memory // 4 // one.nbytes))
+    return [one] + [one.copy() for _ in range(count - 1)]
+
+
+class Peers:
+    """The peers that are installed (torch and torch.compile optional)."""
+
+    def __init__(self, use_torch: bool) -> None:
+        self.torch: Any = None
+        if use_torch:
+            try:
+                import torch
+                torch.set_num_threads(len(os.sched_getaffinity(0)))
+                self.torch = torch
+            except ImportError:
+                pass
+        self.compiled: Optional[Callable] = None
+
+    def tensor(self, a: np.ndarray) -> Any:
+        torch = self.torch
+        if a.dtype == ml_dtypes.bfloat16:
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def fused(self) -> Callable:
+        if self.compiled is None:
+            f = self.torch.nn.functional
+            self.compiled = self.torch.compile(lambda x, w, b: f.gelu(f.linear(x, w, b)))
+        return self.compiled
+
+
+def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Generator,
+              rotate: bool) -> dict[str, float]:
+    """Best seconds per implementation of one matmul case (outputs preallocated)."""
+    m, n, k, dtype = case
+    kind, suffix = DTYPES[dtype]
+    x = (rng.standard_normal((m, k), dtype=np.float32)).astype(kind)
+    ws = weights(k, n, kind, rotate and m == 1, rng)
+    out = np.empty((m, n), kind)
+    fn = getattr(lib, f"mm_{suffix}")
+    turn = iter(range(1 << 62))
+    got = {"tilec": best(lambda: fn(x, ws[next(turn) % len(ws)], out=out), repeat)}
+    if dtype == "float32":
+        got["numpy"] = best(lambda: np.matmul(x, ws[next(turn) % len(ws)], out=out), repeat)
+    torch = peers.torch
+    if torch is not None:
+        tx, tws, to = peers.tensor(x), [peers.tensor(w) for w in ws], peers.tensor(out)
+        got["torch"] = best(lambda: torch.matmul(tx, tws[next(turn) % len(ws)], out=to), repeat)
+        if dtype != "float32":
+            fx, fws = tx.float(), [w.float() for w in tws]
+            fo = torch.empty((m, n), dtype=torch.float32)
+            got["torch f32"] = best(lambda: torch.matmul(fx, fws[next(turn) % len(ws)],
+                                                         out=fo), repeat)
+    got["weights"] = len(ws)
+    return got
+
+
+def time_fused(lib: Any, peers: Peers, m: int, n: int, k: int, repeat: int,
+               rng: np.random.Generator) -> dict[str, float]:
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32) * 0.05
+    b = rng.standard_normal(n, dtype=np.float32)
+    out = np.empty((m, n), np.float32)
+    got = {"tilec": best(lambda: lib.linear_gelu(x, w, b, out=out), repeat),
+           "tilec bare": best(lambda: lib.linear(x, w, out=out), repeat)}
+    if peers.torch is not None:
+        torch, f = peers.torch, peers.torch.nn.functional
+        tx, tw, tb, to = (peers.tensor(a) for a in (x, w, b, out))
+        got["torch"] = best(lambda: to.copy_(f.gelu(f.linear(tx, tw, tb))), repeat)
+        fused = peers.fused()
+        with torch.no_grad():
+            got["compile"] = best(lambda: to.copy_(fused(tx, tw, tb)), repeat)
+    return got
+
+
+def copy_gbps(nbytes: int, repeat: int) -> float:
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.empty_like(a)
+    return 2 * a.nbytes / best(lambda: np.copyto(b, a), repeat) / 1e9
+
+
+def ratio(peer: Optional[float], mine: float) -> str:
+    return "—" if peer is None else f"{peer * 1e3:.3g} ({peer / mine:.2f}×)"
+
+
+def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, peak: tuple,
+           copy: float) -> str:
+    lines = [f"# tilec GEMM benchmark, {time.strftime('%Y-%m-%d %H:%M')}", "",
+             f"CPU code: {level}; {platform.processor() or platform.machine()}, "
+             f"{len(os.sched_getaffinity(0))} CPUs; peak {peak[0]:.0f} GFLOP/s ({peak[1]}); "
+             f"copy {copy:.1f} GB/s (read + write).  Best of the timed calls, outputs "
+             "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
+             "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
+             "| torch.matmul | torch.matmul f32 | NumPy |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (m, n, k, dtype), t in rows:
+        mine = t["tilec"]
+        gflops = 2 * m * n * k / mine / 1e9
+        wbytes = k * n * np.dtype(DTYPES[dtype][0]).itemsize
+        stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / copy:.0f}%, " \
+                 f"{t['weights']} weights)" if m == 1 else ""
+        lines.append(f"| {m} | {n} | {k} | {dtype} | {mine * 1e3:.3g} | {gflops:.1f} | "
+                     f"{100 * gflops / peak[0]:.0f}% | {stream} | {ratio(t.get('torch'), mine)} "
+                     f"| {ratio(t.get('torch f32'), mine)} | {ratio(t.get('numpy'), mine)} |")
+    if fused is not None:
+        (m, n, k), t = fused
+        mine = t["tilec"]
+        lines += ["", f"`gelu(x @ transpose(w) + b)`, M = {m}, N = {n}, K = {k}, float32: "
+                  f"tilec {mine * 1e3:.3g} ms ({2 * m * n * k / mine / 1e9:.1f} GFLOP/s), "
+                  f"the bare `x @ transpose(w)` {t['tilec bare'] * 1e3:.3g} ms (the epilogue "
+                  f"adds {100 * (mine / t['tilec bare'] - 1):.1f}%); PyTorch eager "
+                  f"{ratio(t.get('torch'), mine)}, torch.compile {ratio(t.get('compile'), mine)}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="tilec bench --ops gemm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--full", action="store_true", help="every shape and dtype of the issue")
+    p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test")
+    p.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
+    p.add_argument("-o", dest="output", help="also write the report here")
+    args = p.parse_args(argv)
+    lib = tilec.compile_string(SOURCE, "gemm_bench.tile")
+    level = lib.cpu_code or "unknown"
+    peers = Peers(not args.no_torch)
+    rng = np.random.default_rng(0)
+    rows = [(c, time_case(lib, peers, c, args.repeat, rng, not args.quick))
+            for c in cases(args.full, args.quick)]
+    shape = (32, 64, 48) if args.quick else (2048, 4096, 4096)
+    fused = (shape, time_fused(lib, peers, *shape, args.repeat, rng))
+    lanes = 16 if level == "x86-64-v4" else 8
+    copy = copy_gbps(1 << 20 if args.quick else 256 << 20, args.repeat)
+    text = report(rows, fused, level, peak_gflops(lanes), copy)
+    print(text, end="")
+    if args.output:
+        Path(args.output).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
