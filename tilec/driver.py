@@ -359,6 +359,10 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
     steps = parse_pipeline(text)
     if options.no_generic:
         steps = with_options(steps, "tile-shape-template", no_generic=True)
+    if not options.pass_pipeline:
+        from .codegen.registry import backend_of
+        views = backend_of(options.target).description.weight_views
+        steps = with_options(steps, "tile-fuse", weight_views=views)
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

@@ -68,7 +68,9 @@ def test_the_real_passes_declare_their_options() -> None:
     kernel = options_of("tile-kernel{all=true target=ascend}")
     assert (kernel.target, kernel.all) == ("ascend", True)
     assert options_of("tile-kernel").target == "cpu"
-    assert options_of("tile-fuse") == NoOptions()
+    assert options_of("tile-fuse{weight-views=false}").weight_views is False
+    assert options_of("tile-fuse").weight_views is True
+    assert options_of("tile-cache-hint") == NoOptions()
 
 
 @pytest.mark.parametrize("text, message, col", [
@@ -80,7 +82,7 @@ def test_the_real_passes_declare_their_options() -> None:
     ("toy{dry_run=true}", "toy has no option 'dry_run'; options: rounds, mode, label, dry-run",
      5),
     ("toy{label=a rounds=1 label=b}", "toy: option 'label' is given twice", 22),
-    ("tile-fuse{level=2}", "tile-fuse has no option 'level'; it takes none", 11),
+    ("tile-cache-hint{level=2}", "tile-cache-hint has no option 'level'; it takes none", 17),
     ("tile-kernel{target=gpu}",
      "tile-kernel: option 'target' expects one of cpu, ascend, ptx, got 'gpu'", 13),
 ])
@@ -131,7 +133,8 @@ def test_options_help_says_each_option_its_values_and_default() -> None:
     toy = PassInfo("toy", lambda module, pc: None, "", ToyOptions)
     assert options_help(toy) == ("rounds=INT (default 1), mode=fast|slow (default fast), "
                                  'label=STR (default ""), dry-run=true|false (default false)')
-    assert options_help(REGISTRY["tile-fuse"]) == ""
+    assert options_help(REGISTRY["tile-cache-hint"]) == ""
+    assert options_help(REGISTRY["tile-fuse"]) == "weight-views=true|false (default true)"
 
 
 def test_tilec_opt_help_lists_the_passes_with_their_options(capsys) -> None:
@@ -145,4 +148,5 @@ def test_tilec_opt_help_lists_the_passes_with_their_options(capsys) -> None:
     assert lines[at + 1].split()[0] == "tile-cache-hint"
     kernel = next(i for i, line in enumerate(lines) if line.split()[:1] == ["tile-kernel"])
     assert lines[kernel + 1].split() == ["options:", "target=cpu|ascend|ptx", "(default", "cpu),",
-                                         "all=true|false", "(default", "false)"]
+                                         "all=true|false", "(default", "false),",
+                                         "gemm=STR", "(default", '"")']

@@ -23,8 +23,9 @@ The kinds of group:
 - matmul: one ``tile.matmul`` with an element-wise epilogue of its result's shape (bias,
   activation) and the data movement feeding that epilogue; the matmul's own operands are made
   by other groups (its producers stay in their own groups: a kernel tiles a matmul over its
-  operands in memory), except a right operand that is a transpose of the last two axes or a
-  broadcast over the batch of a value made outside: the kernel reads that value in place.
+  operands in memory), except (option ``weight-views``, on by default) a right operand that
+  is a transpose of the last two axes or a broadcast over the batch of a value made outside:
+  the kernel reads that value in place.
 
 A group's inputs are function arguments in order, then values in program order; inputs, and
 outputs, of equal type are made adjacent, and a group never has more than ``ops.TYPE_RUNS``
@@ -83,7 +84,15 @@ REDUCTIONS = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.REDUCTION))
 GROUP_ATTR = "tile.group"
 
 
-@register("tile-fuse", "partition functions into fused groups (tile.fused), one per kernel")
+@dataclass(frozen=True)
+class FuseOptions:
+    # a matmul's group takes a transposed or batch-broadcast weight it reads in place (the
+    # driver sets it from the target description's ``weight_views``)
+    weight_views: bool = True
+
+
+@register("tile-fuse", "partition functions into fused groups (tile.fused), one per kernel",
+          FuseOptions)
 def fuse(module: ir.Module, pc: PassContext) -> None:
     """Rewrite silu, then partition every function not partitioned yet (module docstring)."""
     for op in module.body.operations:
@@ -94,7 +103,7 @@ def fuse(module: ir.Module, pc: PassContext) -> None:
             continue
         _rewrite_silu(block)
         _erase_dead(block)
-        Partition(block).run()
+        Partition(block, pc.options.weight_views).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,7 +185,8 @@ class GroupPlan:
 class Partition:
     """The groups of one function body and how to build them."""
 
-    def __init__(self, block: ir.Block) -> None:
+    def __init__(self, block: ir.Block, weight_views: bool = True) -> None:
+        self.weight_views = weight_views
         self.arguments = list(block.arguments)
         ops = [op.operation for op in block.operations]  # not OpViews: tile.hint has a `name`
         self.ret = ops[-1]
@@ -349,7 +359,8 @@ class Partition:
         outside the group that a matmul kernel reads in place: a transpose of its last two
         axes (a Linear weight ``[.., N, K]``) or a broadcast of a ``[K, N]`` over the batch,
         read by the matmul alone."""
-        if self.users[node] != [matmul] or any(s in members for s in node.operands):
+        if not self.weight_views or self.users[node] != [matmul] \
+                or any(s in members for s in node.operands):
             return False
         if node.op.name == "tile.transpose":
             perm = list(ir.DenseI64ArrayAttr(node.op.attributes["perm"]))

@@ -320,7 +320,10 @@ typedef struct {
   int64_t width;  /* columns per item */
 } Stream;
 
-#define STREAM_COLUMNS 512 /* columns per item: whole pages of float32 B lines */
+/* An item's accumulators (M x its columns) stay in L1; its columns are as many as that allows,
+ * so that each row of B is read in long runs, and the items still number two per thread. */
+#define STREAM_ACC 4096
+#define STREAM_AHEAD 4 /* rows of B prefetched ahead of the one being read */
 
 /* acc[i][j] (+)= sum_k a[i][k] * B[k][j] for rows i < m and columns j of one slice, B rows
  * contiguous: each line of B read once, against every row of A. */
@@ -328,10 +331,13 @@ static V4 void stream_rows_v4(const Stream* s, int64_t j0, int64_t cols, float* 
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
   int64_t m = p->m, vectors = cols / 16;
-  for (int64_t i = 0; i < m * STREAM_COLUMNS; i++) acc[i] = 0.0f;
+  for (int64_t i = 0; i < m * s->width; i++) acc[i] = 0.0f;
   for (int64_t k = 0; k < p->k; k++) {
     const void* line = at(b, s->batch * b->batch + k * b->row + j0);
+    const char* ahead = k + STREAM_AHEAD < p->k ? (const char*)at(b, s->batch * b->batch +
+                        (k + STREAM_AHEAD) * b->row + j0) : NULL;
     for (int64_t v = 0; v < vectors; v++) {
+      if (ahead != NULL) _mm_prefetch(ahead + 64 * v, _MM_HINT_T0);
       __m512 bv;
       if (b->dtype == TILEC_GEMM_F32)
         bv = _mm512_loadu_ps((const float*)line + 16 * v);
@@ -341,14 +347,14 @@ static V4 void stream_rows_v4(const Stream* s, int64_t j0, int64_t cols, float* 
         bv = _mm512_castsi512_ps(_mm512_slli_epi32(
             _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)line + v)), 16));
       for (int64_t i = 0; i < m; i++) {
-        float* c = acc + i * STREAM_COLUMNS + 16 * v;
+        float* c = acc + i * s->width + 16 * v;
         __m512 ai = _mm512_set1_ps(s->a[i * p->k + k]);
         _mm512_storeu_ps(c, _mm512_fmadd_ps(ai, bv, _mm512_loadu_ps(c)));
       }
     }
     for (int64_t j = vectors * 16; j < cols; j++) {
       float bj = element(b, s->batch * b->batch + k * b->row + j0 + j);
-      for (int64_t i = 0; i < m; i++) acc[i * STREAM_COLUMNS + j] += s->a[i * p->k + k] * bj;
+      for (int64_t i = 0; i < m; i++) acc[i * s->width + j] += s->a[i * p->k + k] * bj;
     }
   }
 }
@@ -357,9 +363,14 @@ static V3 void stream_rows_v3(const Stream* s, int64_t j0, int64_t cols, float* 
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
   int64_t m = p->m, vectors = cols / 8;
-  for (int64_t i = 0; i < m * STREAM_COLUMNS; i++) acc[i] = 0.0f;
+  for (int64_t i = 0; i < m * s->width; i++) acc[i] = 0.0f;
   for (int64_t k = 0; k < p->k; k++) {
     const void* line = at(b, s->batch * b->batch + k * b->row + j0);
+    const char* ahead = k + STREAM_AHEAD < p->k ? (const char*)at(b, s->batch * b->batch +
+                        (k + STREAM_AHEAD) * b->row + j0) : NULL;
+    for (int64_t v = 0; v < vectors; v += 2) {
+      if (ahead != NULL) _mm_prefetch(ahead + 32 * v, _MM_HINT_T0);
+    }
     for (int64_t v = 0; v < vectors; v++) {
       __m256 bv;
       if (b->dtype == TILEC_GEMM_F32)
@@ -370,14 +381,14 @@ static V3 void stream_rows_v3(const Stream* s, int64_t j0, int64_t cols, float* 
         bv = _mm256_castsi256_ps(_mm256_slli_epi32(
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)line + v)), 16));
       for (int64_t i = 0; i < m; i++) {
-        float* c = acc + i * STREAM_COLUMNS + 8 * v;
+        float* c = acc + i * s->width + 8 * v;
         __m256 ai = _mm256_broadcast_ss(s->a + i * p->k + k);
         _mm256_storeu_ps(c, _mm256_fmadd_ps(ai, bv, _mm256_loadu_ps(c)));
       }
     }
     for (int64_t j = vectors * 8; j < cols; j++) {
       float bj = element(b, s->batch * b->batch + k * b->row + j0 + j);
-      for (int64_t i = 0; i < m; i++) acc[i * STREAM_COLUMNS + j] += s->a[i * p->k + k] * bj;
+      for (int64_t i = 0; i < m; i++) acc[i * s->width + j] += s->a[i * p->k + k] * bj;
     }
   }
 }
@@ -396,7 +407,7 @@ static V3 void stream_columns(const Stream* s, int64_t j0, int64_t cols, float* 
   const tilec_gemm_operand* b = &p->b;
   float line[4096];
   for (int64_t j = 0; j < cols; j++) {
-    for (int64_t i = 0; i < p->m; i++) acc[i * STREAM_COLUMNS + j] = 0.0f;
+    for (int64_t i = 0; i < p->m; i++) acc[i * s->width + j] = 0.0f;
     for (int64_t k0 = 0; k0 < p->k; k0 += 4096) {
       int64_t kn = p->k - k0 < 4096 ? p->k - k0 : 4096;
       widen(line, at(b, s->batch * b->batch + (j0 + j) * b->col + k0), b->dtype, kn);
@@ -410,7 +421,7 @@ static V3 void stream_columns(const Stream* s, int64_t j0, int64_t cols, float* 
         }
         float total = sum8(_mm256_add_ps(x0, x1));
         for (; k < kn; k++) total += a[k] * line[k];
-        acc[i * STREAM_COLUMNS + j] += total;
+        acc[i * s->width + j] += total;
       }
     }
   }
@@ -419,10 +430,10 @@ static V3 void stream_columns(const Stream* s, int64_t j0, int64_t cols, float* 
 static void stream_items(void* ctx, int64_t first, int64_t last) {
   const Stream* s = ctx;
   const tilec_gemm_problem* p = s->p;
-  float acc[TILEC_GEMM_SMALL_M * STREAM_COLUMNS];
+  float acc[STREAM_ACC];
   for (int64_t item = first; item < last; item++) {
-    int64_t j0 = item * STREAM_COLUMNS;
-    int64_t cols = p->n - j0 < STREAM_COLUMNS ? p->n - j0 : STREAM_COLUMNS;
+    int64_t j0 = item * s->width;
+    int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
     if (p->b.col != 1 && (p->b.row == 1 || p->n == 1))
       stream_columns(s, j0, cols, acc);
     else if (p->b.col != 1)
@@ -431,7 +442,7 @@ static void stream_items(void* ctx, int64_t first, int64_t last) {
       stream_rows_v4(s, j0, cols, acc);
     else
       stream_rows_v3(s, j0, cols, acc);
-    p->epilogue(p->ctx, acc, STREAM_COLUMNS, s->batch * p->m, (s->batch + 1) * p->m, j0,
+    p->epilogue(p->ctx, acc, s->width, s->batch * p->m, (s->batch + 1) * p->m, j0,
                 j0 + cols);
   }
 }
@@ -440,7 +451,10 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   float* a = grown(&widened_a, p->m * p->k > 0 ? p->m * p->k : 1);
   if (a == NULL) return TILEC_ERR_NO_MEMORY;
   Stream s = {.p = p, .a = a};
-  int64_t items = (p->n + STREAM_COLUMNS - 1) / STREAM_COLUMNS;
+  int64_t shared = p->n / (2 * (int64_t)tilec_num_threads()) / 64 * 64;
+  s.width = STREAM_ACC / p->m / 64 * 64;
+  if (shared >= 64 && shared < s.width) s.width = shared;
+  int64_t items = (p->n + s.width - 1) / s.width;
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
     const tilec_gemm_operand* x = &p->a;
     for (int64_t i = 0; i < p->m; i++) {
@@ -451,7 +465,7 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
       for (int64_t k = 0; k < p->k; k++)
         a[i * p->k + k] = element(x, s.batch * x->batch + i * x->row + k * x->col);
     }
-    tilec_parallel_for(items, items * p->k * p->m * STREAM_COLUMNS * 2, stream_items, &s);
+    tilec_parallel_for(items, SHARED_TRAFFIC, stream_items, &s);
   }
   return TILEC_OK;
 }

@@ -47,6 +47,9 @@ class TargetDesc:
     # bytes of one line of the two-dimensional blocks of layout changes (0: row by row)
     block_bytes: int = 0
     gemm: Optional[GemmDesc] = None   # the GEMM schedule's description (None: rows only)
+    # a matmul kernel reads a transposed or batch-broadcast weight in place (tile-fuse's
+    # weight-views); the backends that still lower matmul row by row copy it first
+    weight_views: bool = False
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -58,7 +61,8 @@ TARGETS: dict[str, TargetDesc] = {
                       # micro-kernels of x86-64-v3 (AVX2, 16 registers) and v4 (AVX-512, 32)
                       gemm=GemmDesc(micro=((6, 16), (14, 32)), stages=1, staging="packed",
                                     small_m=16, staged_bytes=4,
-                                    caches=(48 << 10, 1 << 20, 4 << 20))),
+                                    caches=(48 << 10, 1 << 20, 4 << 20)),
+                      weight_views=True),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
                          alignment=32, double_buffer=True,
