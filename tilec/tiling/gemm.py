@@ -65,6 +65,22 @@ def _rhs(value: Any, args: list[Any], result_batch: tuple) -> Optional[tuple[int
     return None
 
 
+ELEMENTWISE = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.ELEMENTWISE))
+
+
+def _element_wise_after(value: Any) -> bool:
+    """Whether everything computed from ``value`` is element-wise up to the stores: the
+    epilogue reads the accumulator at the index it stores (no transpose, slice or reshape of
+    the product, which would read it elsewhere)."""
+    for use in value.uses:
+        user = use.owner.operation
+        if user.name == "tile.store_row":
+            continue
+        if user.name not in ELEMENTWISE or not _element_wise_after(user.results[0]):
+            return False
+    return True
+
+
 def gemm_operands(fn: Any, grid: tuple) -> Optional[GemmOperands]:
     """The operands of kernel ``fn`` if it takes the ``gemm`` schedule (module docstring)."""
     block = fn.regions[0].blocks[0]
@@ -74,6 +90,8 @@ def gemm_operands(fn: Any, grid: tuple) -> Optional[GemmOperands]:
     if len(matmuls) != 1 or others:
         return None
     mm = matmuls[0]
+    if not _element_wise_after(mm.results[0]):
+        return None
     results = list(fn.type.results)
     if not results:
         return None
