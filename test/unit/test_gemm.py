@@ -213,3 +213,10 @@ def test_a_long_k_is_summed_whole(lib, m):
     repeated K block would show by at least 1/16 in some element."""
     agrees(lib, "linear", m, 70, 8192)
     agrees(lib, "shared", m, 33, 8192)
+
+
+def test_many_rows_run_in_passes(lib):
+    """More than the runtime's 2048 rows per pass (its accumulators are bounded): a batch of 3
+    x 1000 rows sharing one weight, and 2100 plain rows."""
+    agrees(lib, "shared", 1000, 40, 30)
+    agrees(lib, "plain", 2100, 9, 17)

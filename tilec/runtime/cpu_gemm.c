@@ -150,7 +150,9 @@ static __thread Scratch packed_a, packed_b, accumulators, widened_a;
 typedef struct {
   const tilec_gemm_problem* p;
   Micro u;
-  int64_t m, mc, kc, nc;          /* rows (batch * m when B is shared), blocks */
+  int64_t rows;                   /* rows of a batch (batch * m when B is shared) */
+  int64_t m0, m;                  /* the rows of this pass: [m0, m0 + m) */
+  int64_t mc, kc, nc;             /* blocks */
   int64_t batch;                  /* the batch being computed */
   int64_t jc, pc, nc_now, kc_now; /* the current block */
   int64_t slice, slices;          /* columns per item, items per row block */
@@ -201,7 +203,7 @@ static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
   int64_t kc = g->kc_now;
   for (int64_t i = 0; i < rows; i++) {
     float* panel = dst + (i / mr) * kc * mr + i % mr;
-    int64_t base = g->batch * a->batch + (i0 + i) * a->row + g->pc * a->col;
+    int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc * a->col;
     if (a->col == 1 && kc <= 4096) {
       widen(line, at(a, base), a->dtype, kc);
       for (int64_t k = 0; k < kc; k++) panel[k * mr] = line[k];
@@ -251,8 +253,9 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
                    g->acc + (i0 + i) * g->nc + j, rows - i < mr ? rows - i : mr,
                    s1 - j < nr ? s1 - j : nr, g->pc > 0);
     if (g->pc + g->kc_now >= g->p->k)
-      g->p->epilogue(g->p->ctx, g->acc + i0 * g->nc + s0, g->nc, g->batch * g->m + i0,
-                     g->batch * g->m + i0 + rows, g->jc + s0, g->jc + s1);
+      g->p->epilogue(g->p->ctx, g->acc + i0 * g->nc + s0, g->nc,
+                     g->batch * g->rows + g->m0 + i0, g->batch * g->rows + g->m0 + i0 + rows,
+                     g->jc + s0, g->jc + s1);
   }
 }
 
@@ -289,11 +292,14 @@ static int gemm_batch(Gemm* g) {
   return TILEC_OK;
 }
 
+/* Rows per pass: the accumulators (rows x nc floats) are bounded, B is packed once a pass. */
+#define ROWS_PER_PASS 2048
+
 static int gemm_packed(const tilec_gemm_problem* p) {
-  Gemm g = {.p = p, .u = micro_for_cpu(), .m = p->m};
+  Gemm g = {.p = p, .u = micro_for_cpu(), .rows = p->m};
   int64_t batches = p->batch;
   if (p->b.batch == 0 && p->a.batch == p->m * p->a.row) { /* one problem of batch * m rows */
-    g.m = p->m * p->batch;
+    g.rows = p->m * p->batch;
     batches = 1;
   }
   g.mc = round_up(p->mc > 0 ? p->mc : 336, g.u.mr);
@@ -301,13 +307,17 @@ static int gemm_packed(const tilec_gemm_problem* p) {
   g.nc = round_up(p->nc > 0 ? p->nc : 4096, g.u.nr);
   if (g.nc > round_up(p->n, g.u.nr)) g.nc = round_up(p->n, g.u.nr);
   if (g.kc > 4096) g.kc = 4096; /* the packing's line buffers */
-  g.bp = grown(&packed_b, g.nc * (g.kc > p->k ? g.kc : p->k > 0 ? p->k : 1));
-  g.acc = grown(&accumulators, g.m * g.nc);
+  int64_t pass = round_up(ROWS_PER_PASS, g.mc);
+  if (pass > g.rows) pass = g.rows;
+  g.bp = grown(&packed_b, g.nc * g.kc);
+  g.acc = grown(&accumulators, pass * g.nc);
   if (g.bp == NULL || g.acc == NULL) return TILEC_ERR_NO_MEMORY;
-  for (g.batch = 0; g.batch < batches; g.batch++) {
-    int status = gemm_batch(&g);
-    if (status != TILEC_OK) return status;
-  }
+  for (g.batch = 0; g.batch < batches; g.batch++)
+    for (g.m0 = 0; g.m0 < g.rows; g.m0 += pass) {
+      g.m = g.rows - g.m0 < pass ? g.rows - g.m0 : pass;
+      int status = gemm_batch(&g);
+      if (status != TILEC_OK) return status;
+    }
   return TILEC_OK;
 }
 
