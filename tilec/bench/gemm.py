@@ -86,10 +86,14 @@ def peak_gflops(lanes: int) -> tuple[float, str]:
 
 
 def last_level_cache() -> int:
-    try:
-        return os.sysconf("SC_LEVEL3_CACHE_SIZE") or os.sysconf("SC_LEVEL2_CACHE_SIZE")
-    except (ValueError, OSError):
-        return 32 << 20
+    """Bytes of the largest cache of CPU 0 (sysfs), 32 MiB when sysfs does not say."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+    return max(sizes, default=32 << 20)
 
 
 def weights(k: int, n: int, dtype: Any, rotate: bool, rng: np.random.Generator) -> list:
