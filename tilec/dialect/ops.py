@@ -40,10 +40,12 @@ class ConstantOp(Tile.Operation, name="constant", traits=[ext.Pure]):
 
 
 class CheckOp(Tile.Operation, name="check"):
-    """A run-time condition on shape symbols: ``lhs REL rhs`` with ``rel`` in ``le``/``eq``.
+    """A run-time condition on shape symbols: ``lhs REL rhs`` with ``rel`` in ``le``/``eq``,
+    or ``bcast``: ``lhs == rhs`` or ``lhs == 1`` (``lhs`` broadcasts to ``rhs`` at run time).
 
     The front end emits it where a slice bound or a reshape's element count cannot be decided
-    at compile time; ``message`` is what the user sees, at this op's location, if it fails.
+    at compile time, and where two different symbols meet in a broadcast; ``message`` is what
+    the user sees, at this op's location, if it fails.
     """
 
     lhs: ir.StringAttr
@@ -117,7 +119,10 @@ class CastOp(Tile.Operation, name="cast", traits=[ext.Pure]):
 
 
 class BroadcastOp(Tile.Operation, name="broadcast", traits=[ext.Pure]):
-    """NumPy broadcast of ``x`` to the result's shape (trailing dimensions aligned)."""
+    """NumPy broadcast of ``x`` to the result's shape (trailing dimensions aligned).  A symbol
+    of ``x`` may stand where the result has another symbol: a run-time broadcast, which the
+    function's ``bcast`` check makes equal to it or 1 (``tile-shape-template`` gives the case 1
+    its own variant, where the broadcast is static)."""
 
     x: Operand[Tensor]
     res: Result[Tensor] = result()

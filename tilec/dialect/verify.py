@@ -159,9 +159,15 @@ def _broadcast(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
     if len(x.dims) > len(res.dims):
         return bad
     for d, r in zip(reversed(x.dims), reversed(res.dims)):
-        if d != r and d != Dim.const(1):
+        if d != r and d != Dim.const(1) and not (_symbol(d) and _symbol(r)):
             return bad + f": dimension {d} is neither {r} nor 1"
     return None
+
+
+def _symbol(d: Dim) -> bool:
+    """One symbol: it may broadcast to another one at run time (a ``bcast`` check)."""
+    names = d.symbols()
+    return len(names) == 1 and d == Dim.sym(min(names))
 
 
 def _strings(attr: ir.Attribute) -> list[str]:
@@ -291,7 +297,7 @@ def _fused(op: ir.Operation) -> str | None:
 
 def _check(op: ir.Operation) -> str | None:
     rel = op.attributes["rel"].value
-    if rel not in ("le", "eq"):
+    if rel not in ("le", "eq", "bcast"):
         return f"has unknown relation '{rel}'"
     parse_dim(op.attributes["lhs"].value)
     parse_dim(op.attributes["rhs"].value)

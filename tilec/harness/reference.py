@@ -300,9 +300,9 @@ class _Interpreter:
         a = op.attributes
         rel = a["rel"].value
         lhs, rhs = self.dim(a["lhs"].value, op), self.dim(a["rhs"].value, op)
-        if rel not in ("le", "eq"):
+        if rel not in ("le", "eq", "bcast"):
             raise _internal(op, f"relation {rel!r}")
-        if lhs <= rhs if rel == "le" else lhs == rhs:
+        if lhs <= rhs if rel == "le" else lhs == rhs or (rel == "bcast" and lhs == 1):
             return
         raise _error(op, f"{a['message'].value} ({a['lhs'].value} = {lhs}, "
                          f"{a['rhs'].value} = {rhs})")

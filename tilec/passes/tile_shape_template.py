@@ -161,12 +161,17 @@ class _Folder:
         lhs = parse_dim(attrs["lhs"].value).subst(self.env)
         rhs = parse_dim(attrs["rhs"].value).subst(self.env)
         gap = rhs - lhs
-        if attrs["rel"].value == "le":
+        rel = attrs["rel"].value
+        if rel == "le":
             holds = gap.nonneg()
         else:
             holds = (gap == Dim.const(0)) if gap.is_const() else None
+        if rel == "bcast" and lhs == Dim.const(1):
+            holds = True
+        elif rel == "bcast" and holds is False and not lhs.is_const():
+            holds = None              # lhs may still be 1
         if holds is False:
-            broken = ">" if attrs["rel"].value == "le" else "!="
+            broken = ">" if rel == "le" else "!="
             raise TilecError(f"{self.where}: {attrs['message'].value} ({lhs} {broken} {rhs})",
                              span_of(op.location))
         attrs["lhs"] = ir.StringAttr.get(str(lhs))

@@ -165,6 +165,8 @@ class Function:
         self.symbols: list[str] = meta["symbols"]
         self.lead: list[str] | None = meta["lead"]
         self.generic: bool = meta["generic"]
+        self.broadcasts: list[list[str]] = meta.get("broadcasts", [])
+        """``[symbol, to, message]`` of each run-time broadcast: ``symbol`` is ``to`` or 1."""
         self.backward: str | None = meta.get("backward")
         """The function of the same library that computes this one's gradients
         (``#pragma backward(NAME)``), or None."""

@@ -194,6 +194,7 @@ def symbolic_shapes(fn: Function, tensors: list[tuple[Param, torch.Tensor]],
         try:
             solution = shapes.solve([(p.name, p.shape) for p, _ in tensors],
                                     [t.shape for _, t in tensors])
+            shapes.broadcasts(fn.broadcasts, solution)
             found = shapes.result_shapes([s for _, s in fn.results], solution)
         except ValueError as e:
             raise ValueError(f"{qualname}: {e}") from None

@@ -100,6 +100,14 @@ def solve(params: Sequence[tuple[str, tuple]], sizes: Sequence[Sequence[Size]]) 
     return out
 
 
+def broadcasts(pairs: Sequence[Sequence[str]], solution: Solution) -> None:
+    """The run-time broadcasts of a function (``[symbol, to, message]``, the library
+    metadata's ``broadcasts``): ``symbol`` must equal ``to`` or be 1."""
+    for symbol, to, message in pairs:
+        a, b = solution.symbols[symbol], solution.symbols[to]
+        solution.conditions.append(((a == b) | (a == 1), message))
+
+
 def extent(d: Dim, symbols: dict[str, Size], out: Solution, where: str) -> Size:
     """The value of ``d`` (a result dimension) under ``symbols``."""
     scale, terms = _scaled(d)

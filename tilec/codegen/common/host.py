@@ -328,10 +328,19 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
                        "results": results, "symbols": e.symbols, "lead": e.lead,
                        "generic": generic is not None, "variants": variants}
         abi = functions[e.generic.function if e.generic else e.variants[0][1].function]
+        out[e.name]["broadcasts"] = _broadcasts(abi)
         if BACKWARD_ATTR in abi.attributes:
             out[e.name]["backward"] = ir.StringAttr(abi.attributes[BACKWARD_ATTR]).value
     return {"format": METADATA_FORMAT, "target": target, "arch": arch, "tilec": __version__,
             "source": source, "functions": out}
+
+
+def _broadcasts(fn: Any) -> list[list[str]]:
+    """``[symbol, to, message]`` of each run-time broadcast (``bcast`` check) of ``fn``: the
+    symbol must equal ``to`` or be 1."""
+    return [[ir.StringAttr(op.attributes[k]).value for k in ("lhs", "rhs", "message")]
+            for op in fn.regions[0].blocks[0].operations if op.operation.name == "tile.check"
+            and ir.StringAttr(op.attributes["rel"]).value == "bcast"]
 
 
 @dataclass(frozen=True)

@@ -216,11 +216,14 @@ class ImplBuilder:
         den = lcm(*(c.denominator for c in (lhs - rhs).terms.values()), 1)
         left, right = self.scaled(lhs, den), self.scaled(rhs, den)
         relation = "<=" if a["rel"].value == "le" else "=="
+        condition = f"{left} {relation} {right}"
+        if a["rel"].value == "bcast":
+            condition = f"({condition} || {left} == INT64_C({den}))"
         span = span_of(op.location)
         where = f"{span.located()}: " if span else ""
         scale = f" (times {den})" if den != 1 else ""
         self.impl.checks.append((
-            f"{left} {relation} {right}",
+            condition,
             failure("TILEC_ERR_CHECK", f"{where}{a['message'].value} ({a['lhs'].value} = ",
                     left, f", {a['rhs'].value} = ", right, f"{scale})")))
 

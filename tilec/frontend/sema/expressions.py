@@ -19,6 +19,12 @@ BINOP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 CMP_NAMES = dict(zip(("<", "<=", ">", ">=", "==", "!="), COMPARE_PREDICATES))
 
 
+def _plain_symbol(d: Dim) -> bool:
+    """A dimension that is one user symbol (not a ``$i`` peeled off ``...``)."""
+    names = d.symbols()
+    return len(names) == 1 and d == Dim.sym(min(names)) and not min(names).startswith("$")
+
+
 class ExpressionRules:
     """The part of :class:`~.program.FunctionAnalyzer` that analyses expressions."""
 
@@ -156,13 +162,32 @@ class ExpressionRules:
             if ELLIPSIS in entries:
                 out.append(ELLIPSIS)
                 continue
-            dims = {d for d in entries if d != Dim.const(1)}
-            if len(dims) > 1:
+            dims = list(dict.fromkeys(d for d in entries if d != Dim.const(1)))
+            if len(dims) > 1 and not all(_plain_symbol(d) for d in dims):
                 raise TilecError("incompatible broadcast: " + " and ".join(
                     shape_str(s) for s in shapes) + f" differ in dimension -{i} (" +
                     " vs ".join(sorted(str(d) for d in dims)) + ")", at)
-            out.append(dims.pop() if dims else Dim.const(1))
+            out.append(self._runtime_broadcast(dims, i, at) if len(dims) > 1
+                       else dims[0] if dims else Dim.const(1))
         return tuple(reversed(out))
+
+    def _runtime_broadcast(self, dims: list[Dim], i: int, at: Span) -> Dim:
+        """Different symbols in one broadcast position (language 1.1): the result takes the
+        one the function's declared results name (else the first); each other one must be
+        equal to it or 1 at run time (a ``bcast`` check), and gets a variant where it is 1."""
+        root = self.root
+        named = [d for d in dims if d.symbols() & root.result_symbols]
+        result = (named or dims)[0]
+        for d in dims:
+            if d == result:
+                continue
+            (sym,) = d.symbols()
+            message = (f"broadcast in dimension -{i}: {sym} (of {root.symbol_source(sym)}) "
+                       f"must equal {result} (of {root.symbol_source(str(result))}) or be 1")
+            if all(c.lhs != d or c.rhs != result or c.rel != "bcast" for c in root.checks):
+                root.checks.append(Check(d, "bcast", result, message, self.here(at)))
+            root.stretch.setdefault(sym, at)
+        return result
 
     def broadcast_to(self, x: Value, shape: Shape, span: Span) -> Value:
         if x.type.shape == shape or x.type.shape == ():

@@ -156,6 +156,13 @@ def _check_backward(f: TypedFunction, b: TypedFunction, fdef: ast.FuncDef) -> No
                          + ", ".join(r.dtype for r in b.result_types) + ")", span)
 
 
+def _names_in(e: ast.Expr) -> set[str]:
+    try:
+        return dim_of(e).symbols()
+    except TilecError:
+        return set()
+
+
 def bound_names(f: ast.FuncDef) -> set[str]:
     names = {p.name for p in f.params}
     for s in f.body:
@@ -181,6 +188,8 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
             self.checks: list[Check] = []
             self.hints: list[Hint] = []
             self.broadcasts: dict[tuple[int, Shape], Value] = {}
+            self.stretch: dict[str, Span] = {}    # symbols broadcast at run time (maybe 1)
+            self.result_symbols: set[str] = set()
             self.lead_names = [f"${i}" for i in range(lead)]
         self.env: dict[str, Value] = {}
         self.env_spans: dict[str, Span] = {}
@@ -257,6 +266,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
         symbols = self._free_symbols(params)
         self.bound = {s for p in params for d in p.type.dims for s in d.symbols()}
         result_types = [self.type_of(t)[0] for t in f.results]
+        self.result_symbols = {s for r in result_types for d in r.dims for s in d.symbols()}
         self._check_bindable(params)
         results = self._run_body(result_types)
         templates = self._templates(symbols)
@@ -349,7 +359,18 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
         for sym, values in self.program.options.templates.items():
             if sym in symbols and sym not in self.program.options.defines:
                 out[sym] = values
+        for sym in self.stretch:      # a symbol broadcast at run time gets its variant at 1
+            out[sym] = sorted(set(out.get(sym, [])) | {1})
         return out
+
+    def symbol_source(self, sym: str) -> str:
+        """How a message names where a shape symbol comes from: its first parameter."""
+        for p in self.fdef.params:
+            if isinstance(p.type, ast.TensorType) and any(
+                    not isinstance(d, ast.EllipsisExpr) and sym in _names_in(d)
+                    for d in p.type.dims):
+                return f"'{p.name}'"
+        return "the arguments"
 
     # bodies --------------------------------------------------------------------------------
     def _run_body(self, result_types: list[TensorInfo]) -> list[Value]:

@@ -1,0 +1,109 @@
+"""Run-time broadcasting of different symbols (language 1.1, issue 15): the Hugging Face
+rotary case, ``cos`` of batch ``cb`` against ``q`` of batch ``b``, with ``cb == b`` and
+``cb == 1``, on ``cpu`` (-O0, -O2) and ``ascend-sim`` against the reference and NumPy; a
+mismatch raises naming the arguments."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.frontend import compile_source
+from tilec.harness.numerics import assert_close
+from tilec.harness.reference import ReferenceError, run
+
+ROTARY = """
+func rotate(x: Tensor<float32>[b, h, s, d]) -> Tensor<float32>[b, h, s, d] {
+  return concat(-x[:, :, :, d/2:d], x[:, :, :, 0:d/2], axis=-1);
+}
+func rotary(q: Tensor<float32>[b, h, s, d], cos: Tensor<float32>[cb, 1, s, d],
+            sin: Tensor<float32>[cb, 1, s, d]) -> Tensor<float32>[b, h, s, d] {
+  return q * cos + rotate(q) * sin;
+}
+"""
+CONFIGS = [pytest.param("cpu", 2, id="cpu"), pytest.param("cpu", 0, id="cpu-O0"),
+           pytest.param("ascend-sim", 2, id="ascend-sim")]
+
+
+def numpy_rotary(q: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    half = q.shape[-1] // 2
+    rotated = np.concatenate([-q[..., half:], q[..., :half]], axis=-1)
+    return q * cos + rotated * sin
+
+
+def inputs(b: int, cb: int, h: int = 3, s: int = 5, d: int = 8) -> list[np.ndarray]:
+    rng = np.random.default_rng(b * 10 + cb)
+    q = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    cos, sin = (rng.standard_normal((cb, 1, s, d)).astype(np.float32) for _ in range(2))
+    return [q, cos, sin]
+
+
+@pytest.fixture(scope="module")
+def reference_module():
+    return compile_source(ROTARY, "rotary.tile")
+
+
+@pytest.mark.parametrize("b,cb", [(3, 3), (3, 1), (1, 1), (4, 4)])
+@pytest.mark.parametrize("target,opt", CONFIGS)
+def test_rotary_broadcasts_cos_at_run_time(target: str, opt: int, b: int, cb: int,
+                                           reference_module) -> None:
+    lib = tilec.compile_string(ROTARY, "rotary.tile", target=target, opt_level=opt)
+    args = inputs(b, cb)
+    got = lib.rotary(*args)
+    want = run(reference_module, "rotary", *args)
+    assert got.shape == (b, 3, 5, 8)
+    assert_close(got, np.asarray(want), "float32")
+    np.testing.assert_allclose(got, numpy_rotary(*args), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target,opt", CONFIGS)
+def test_a_batch_that_does_not_broadcast_names_the_arguments(target: str, opt: int) -> None:
+    lib = tilec.compile_string(ROTARY, "rotary.tile", target=target, opt_level=opt)
+    with pytest.raises(RuntimeError) as caught:
+        lib.rotary(*inputs(3, 2))
+    message = str(caught.value)
+    assert "cb (of 'cos') must equal b (of 'q') or be 1" in message
+    assert "cb = 2" in message and "b = 3" in message
+
+
+def test_the_reference_refuses_a_batch_that_does_not_broadcast(reference_module) -> None:
+    with pytest.raises(ReferenceError, match=r"cb \(of 'cos'\) must equal b \(of 'q'\) or be 1 "
+                       r"\(cb = 2, b = 3\)"):
+        run(reference_module, "rotary", *inputs(3, 2))
+
+
+def test_the_declared_result_picks_the_dimension() -> None:
+    """``cb`` names the result, so ``b`` is the one that stretches: b == 1 runs."""
+    text = """
+func f(q: Tensor<float32>[b, n], c: Tensor<float32>[cb, n]) -> Tensor<float32>[cb, n] {
+  return q * c;
+}
+"""
+    lib = tilec.compile_string(text, "f.tile")
+    q = np.arange(4, dtype=np.float32).reshape(1, 4)
+    c = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(lib.f(q, c), q * c)
+    np.testing.assert_array_equal(lib.f(np.ones((3, 4), np.float32), c), c)
+    with pytest.raises(RuntimeError, match=r"b \(of 'q'\) must equal cb \(of 'c'\) or be 1"):
+        lib.f(np.ones((2, 4), np.float32), c)
+
+
+# --- tilec.torch --------------------------------------------------------------------------------
+def test_torch_operator_broadcasts_and_checks_under_compile() -> None:
+    torch = pytest.importorskip("torch")
+    import tilec.torch
+    ops = tilec.torch.register(tilec.compile_string(ROTARY, "rotary.tile"), "t_rtbcast")
+    rotary = ops.rotary
+    compiled = torch.compile(lambda q, c, s: torch.ops.t_rtbcast.rotary(q, c, s) * 2,
+                             backend="aot_eager", fullgraph=True, dynamic=True)
+    for b, cb in ((3, 3), (3, 1), (2, 2), (4, 1)):
+        q, cos, sin = (torch.from_numpy(a) for a in inputs(b, cb))
+        want = torch.from_numpy(numpy_rotary(q.numpy(), cos.numpy(), sin.numpy()))
+        torch.testing.assert_close(rotary(q, cos, sin), want)
+        torch.testing.assert_close(compiled(q, cos, sin), want * 2)
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        fake = torch.empty(3, 3, 5, 8), torch.empty(1, 1, 5, 8), torch.empty(1, 1, 5, 8)
+        assert torch.ops.t_rtbcast.rotary(*fake).shape == (3, 3, 5, 8)
+        bad = torch.empty(3, 3, 5, 8), torch.empty(2, 1, 5, 8), torch.empty(2, 1, 5, 8)
+        with pytest.raises(Exception, match=r"cb \(of 'cos'\) must equal b \(of 'q'\) or be 1"):
+            torch.ops.t_rtbcast.rotary(*bad)
