@@ -31,11 +31,13 @@ class _Parser(argparse.ArgumentParser):
         raise TilecError(f"{message} (see '{self.prog} --help')")
 
 
-def _define(text: str) -> tuple[str, int]:
-    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+)", text)
+def _define(text: str) -> tuple[str, int | str]:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=(\d+|[A-Za-z_][A-Za-z0-9_]*)", text)
     if not m:
-        raise TilecError(f"-D expects NAME=VALUE with a non-negative integer VALUE, got '{text}'")
-    return m.group(1), int(m.group(2))
+        raise TilecError(f"-D expects NAME=VALUE with a non-negative integer VALUE (a shape "
+                         f"symbol) or a dtype (a dtype template), got '{text}'")
+    value = m.group(2)
+    return m.group(1), int(value) if value.isdigit() else value
 
 
 def _template(text: str) -> tuple[str, list[int]]:
@@ -53,7 +55,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", choices=registry.targets())
     p.add_argument("--arch", default="", help=registry.arch_help())
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="SYM=V",
-                   help="fix shape symbol SYM to V")
+                   help="fix shape symbol SYM to V, or dtype template SYM to dtype V")
     p.add_argument("--template", dest="templates", action="append", default=[],
                    metavar="SYM=v1,v2", help="specialise for these values of SYM")
     p.add_argument("--no-generic", action="store_true",

@@ -40,7 +40,7 @@ ENVIRONMENT = ("CC", "CXX", "ASCEND_HOME_PATH", "PATH")
 class CompileOptions:
     emit: str = "so"
     target: str = "cpu"
-    defines: dict[str, int] = field(default_factory=dict)
+    defines: dict[str, int | str] = field(default_factory=dict)   # a str: -D T=float16
     templates: dict[str, list[int]] = field(default_factory=dict)
     no_generic: bool = False
     opt_level: int = 2
@@ -56,7 +56,9 @@ class CompileOptions:
 
     def sema(self) -> SemaOptions:
         from .frontend.sema import Options
-        return Options(dict(self.defines), {k: list(v) for k, v in self.templates.items()})
+        return Options({k: v for k, v in self.defines.items() if not isinstance(v, str)},
+                       {k: list(v) for k, v in self.templates.items()},
+                       {k: v for k, v in self.defines.items() if isinstance(v, str)})
 
 
 def read_source(path: str) -> str:

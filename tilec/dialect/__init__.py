@@ -34,6 +34,9 @@ ARG_NAME_ATTR = "tile.name"
 ARG_SCALAR_ATTR = "tile.scalar"
 ARG_DEFAULT_ATTR = "tile.default"
 BACKWARD_ATTR = "tile.backward"     # `#pragma backward(NAME)`: the gradient function
+# `#pragma dtype_template(T, [...])`: {function = "NAME", T = "float16"} on the instance
+# NAME__float16 of NAME (absent where -D T=... left one instance under the plain name)
+DTYPE_TEMPLATE_ATTR = "tile.dtype_template"
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ the ``FileLineColLoc`` of its source.  Function metadata follows the conventions
 from __future__ import annotations
 
 from ..diagnostics import Span
-from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR, LEAD_ATTR,
-                       SYMBOLS_ATTR, TEMPLATES_ATTR)
+from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR,
+                       DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
@@ -80,6 +80,9 @@ def build_function(fn: TypedFunction) -> func.FuncOp:
         f.attributes[LEAD_ATTR] = t.str_array(fn.lead)
     if fn.backward is not None:
         f.attributes[BACKWARD_ATTR] = ir.StringAttr.get(fn.backward)
+    if fn.dtype_template:
+        f.attributes[DTYPE_TEMPLATE_ATTR] = ir.DictAttr.get(
+            {k: ir.StringAttr.get(v) for k, v in fn.dtype_template.items()})
     if fn.templates:
         f.attributes[TEMPLATES_ATTR] = ir.DictAttr.get(
             {k: ir.DenseI64ArrayAttr.get(v) for k, v in fn.templates.items()})

@@ -389,6 +389,75 @@ class Function:
         return returned[0] if len(returned) == 1 else tuple(returned)
 
 
+def _dtype_name(value: Any) -> str | None:
+    """The dtype of an array or tensor argument as the language names it (else its own
+    name), None for a Python scalar."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return None
+    text = str(dtype).removeprefix("torch.")
+    return {"half": "float16", "float": "float32", "int": "int32"}.get(text, text)
+
+
+class DtypeDispatch:
+    """``NAME`` of a dtype template (``#pragma dtype_template(T, [...])``): calls the instance
+    ``NAME__DTYPE`` whose tensor parameters of type ``T`` have the arguments' dtype."""
+
+    def __init__(self, name: str, symbol: str, instances: dict[str, Function]) -> None:
+        self.name = name
+        self.symbol = symbol
+        self.instances = instances          # dtype -> function
+        first = next(iter(instances.values()))
+        self.params = first.params
+        # the tensor parameters whose dtype differs between instances: those of type T
+        self.typed = [i for i, p in enumerate(first.params) if p.kind == "tensor" and len(
+            {f.params[i].dtype for f in instances.values()}) == len(instances)]
+        self.__doc__ = "\n".join(s for f in instances.values() for s in f.signatures)
+
+    def __repr__(self) -> str:
+        return f"<tilec dtype template {self.name} over {', '.join(self.instances)}>"
+
+    def select(self, args: tuple, kwargs: dict) -> Function:
+        """The instance for these arguments; TypeError naming the argument whose dtype none
+        has (or that disagrees with an earlier one)."""
+        first = next(iter(self.instances.values()))
+        values = first._match(args, kwargs)
+        chosen: tuple[str, str] | None = None      # (dtype, the parameter that chose it)
+        for i in self.typed:
+            name = self.params[i].name
+            dtype = _dtype_name(values[i])
+            taken = {f.params[i].dtype: d for d, f in self.instances.items()}
+            if dtype not in taken:
+                raise TypeError(f"{self.name}: argument '{name}' has dtype {dtype}; "
+                                f"{self.symbol} of {self.name} is one of "
+                                f"{', '.join(self.instances)}")
+            if chosen is None:
+                chosen = (taken[dtype], name)
+            elif taken[dtype] != chosen[0]:
+                raise TypeError(f"{self.name}: argument '{name}' has dtype {dtype}, but "
+                                f"'{chosen[1]}' makes {self.symbol} {chosen[0]}")
+        if chosen is None:
+            raise TypeError(f"{self.name}: no tensor argument decides {self.symbol}")
+        return self.instances[chosen[0]]
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        return self.select(args, kwargs)(*args, out=out, **kwargs)
+
+
+def _dispatchers(functions: dict[str, Function], meta: dict) -> dict[str, DtypeDispatch]:
+    groups: dict[str, dict[str, Function]] = {}
+    symbols: dict[str, str] = {}
+    for name, m in meta.items():
+        t = m.get("dtype_template")
+        if t:
+            group = t["function"]
+            symbol = next(k for k in t if k != "function")
+            symbols[group] = symbol
+            groups.setdefault(group, {})[t[symbol]] = functions[name]
+    return {g: DtypeDispatch(g, symbols[g], inst) for g, inst in groups.items()
+            if g not in functions}
+
+
 class Library:
     """A loaded library: one :class:`Function` per entry, as an attribute (``lib.swiglu``)
     or by name (``lib["swiglu"]``, for a name that an attribute of this class has)."""
@@ -423,22 +492,30 @@ class Library:
             self.cpu_code = code().decode()
         self.functions = {name: Function(self, name, meta)
                           for name, meta in self.metadata["functions"].items()}
+        self.dispatchers = _dispatchers(self.functions, self.metadata["functions"])
+        """``NAME`` -> the :class:`DtypeDispatch` over its dtype template's instances
+        ``NAME__float16``... (each also a function of its own)."""
 
     def last_error(self) -> str:
         return self.cdll.tilec_last_error().decode(errors="replace")
 
-    def __getitem__(self, name: str) -> Function:
-        return self.functions[name]
+    def __getitem__(self, name: str) -> "Function | DtypeDispatch":
+        if name in self.functions:
+            return self.functions[name]
+        return self.dispatchers[name]
 
-    def __getattr__(self, name: str) -> Function:
+    def __getattr__(self, name: str) -> "Function | DtypeDispatch":
         functions = self.__dict__.get("functions", {})
+        dispatchers = self.__dict__.get("dispatchers", {})
         if name in functions:
             return functions[name]
+        if name in dispatchers:
+            return dispatchers[name]
         raise AttributeError(f"'{self.__dict__.get('path')}' has no function '{name}'; it has: "
-                             f"{', '.join(functions) or 'none'}")
+                             f"{', '.join(list(functions) + list(dispatchers)) or 'none'}")
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.functions))
+        return sorted(set(super().__dir__()) | set(self.functions) | set(self.dispatchers))
 
     def __repr__(self) -> str:
         return f"<tilec library {self.path}: {', '.join(self.functions)}>"

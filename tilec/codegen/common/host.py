@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import jinja2
 
 from ... import __version__
-from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, KERNEL_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
-                        VARIANT_OF_ATTR, params_of, tensor_info)
+from ...dialect import (BACKWARD_ATTR, DISPATCH_ATTR, DTYPE_TEMPLATE_ATTR, KERNEL_ATTR,
+                        LEAD_ATTR, SYMBOLS_ATTR, VARIANT_OF_ATTR, params_of, tensor_info)
 from ...dims import ELLIPSIS
 from ...mlir import ir
 from .backend import HostTarget
@@ -329,6 +329,10 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
                        "generic": generic is not None, "variants": variants}
         abi = functions[e.generic.function if e.generic else e.variants[0][1].function]
         out[e.name]["broadcasts"] = _broadcasts(abi)
+        if DTYPE_TEMPLATE_ATTR in abi.attributes:
+            out[e.name]["dtype_template"] = {
+                a.name: ir.StringAttr(a.attr).value
+                for a in ir.DictAttr(abi.attributes[DTYPE_TEMPLATE_ATTR])}
         if BACKWARD_ATTR in abi.attributes:
             out[e.name]["backward"] = ir.StringAttr(abi.attributes[BACKWARD_ATTR]).value
     return {"format": METADATA_FORMAT, "target": target, "arch": arch, "tilec": __version__,

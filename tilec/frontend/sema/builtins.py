@@ -9,7 +9,7 @@ from ...dialect.ops import REDUCE_KINDS, UNARY_OPS
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim, Shape
 from .. import ast
-from .values import INT_LIMIT, Check, NeedLead, Operand, Value, Weak, element_type
+from .values import INT_LIMIT, Check, NeedLead, Operand, Value, Weak
 
 # --- built-in signatures ---------------------------------------------------------------------
 # name -> (positional parameter names, defaults for keyword parameters)
@@ -55,7 +55,7 @@ class BuiltinRules:
             if not isinstance(d, ast.Name):
                 raise TilecError("cast expects a dtype name as its second argument, e.g. "
                                  "cast(x, float32)", d.span)
-            dtype = element_type(d.id, d.span)
+            dtype = self.program.dtype(d.id, d.span)
             # a cast is a rounding point even to the same type (x * y rounds to float32 here);
             # tile-canonicalize drops it where the value already has that type exactly
             return self.emit("cast", [x], {}, x.type.with_dtype(dtype), e.span)

@@ -10,7 +10,7 @@ from ...diagnostics import Span, TilecError, note
 from ...dims import Dim, has_ellipsis, shape_str
 from .. import ast
 from .builtins import BUILTINS
-from .values import NeedLead, Operand, Value, Weak, did_you_mean, dim_of, element_type
+from .values import NeedLead, Operand, Value, Weak, did_you_mean, dim_of
 
 if TYPE_CHECKING:
     from .program import FunctionAnalyzer
@@ -111,7 +111,7 @@ class CallRules:
         for i, (p, a) in enumerate(zip(f.params, args)):
             at = spans[i] if i < len(call.args) else call.span
             if isinstance(p.type, ast.ScalarType):
-                dtype = element_type(p.type.dtype, p.type.span)
+                dtype = self.program.dtype(p.type.dtype, p.type.span)
                 v = self.parent.materialize(a, dtype) if isinstance(a, Weak) else a
                 if v.type.shape != ():
                     raise TilecError(f"argument '{p.name}' of '{f.name}' must be a scalar, "

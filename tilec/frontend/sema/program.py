@@ -12,13 +12,14 @@ from ...dialect.types import TensorInfo
 from ...dims import ELLIPSIS, Dim, Shape, shape_str
 from .. import ast
 from .builtins import BUILTINS, BuiltinRules
+from . import dtypes
 from .calls import CallRules
 from .expressions import ExpressionRules
 from .values import (INT_LIMIT, Check, Hint, NeedLead, Options, ParamInfo, TypedFunction, Value,
                      Weak, did_you_mean, dim_of, element_type, symbols_of)
 
 CACHE_LEVELS = ("L1", "L2", "UB", "SHARED")
-KNOWN_PRAGMAS = ("cache_hint", "shape_template", "backward")
+KNOWN_PRAGMAS = ("cache_hint", "shape_template", "backward", "dtype_template")
 
 
 # --- the analyzer ----------------------------------------------------------------------------
@@ -39,7 +40,10 @@ class Program:
                 raise TilecError(f"function '{f.name}' has the name of a built-in function",
                                  f.name_span)
             self.functions[f.name] = f
-        self.file_pragmas = [p for p in module.pragmas if self._known_pragma(p)]
+        self.file_pragmas = [p for p in module.pragmas if self._known_pragma(p)
+                             and p.name != dtypes.PRAGMA]
+        self.dtype_templates: dict[str, dtypes.DtypeTemplate] = {}
+        self.dtype_env: dict[str, str] = {}      # the dtype templates' dtypes being analysed
 
     def _known_pragma(self, p: ast.Pragma) -> bool:
         if p.name in KNOWN_PRAGMAS:
@@ -51,12 +55,48 @@ class Program:
     def analyze(self) -> list[TypedFunction]:
         self._check_file_pragmas()
         self._check_defines()
-        typed = [self.analyze_function(f) for f in self.module.functions]
+        typed = self._analyze_instances()
         by_name = {f.name: f for f in typed}
         for f in typed:
             if f.backward is not None:
                 _check_backward(f, by_name[f.backward], self.functions[f.name])
         return typed
+
+    def _analyze_instances(self) -> list[TypedFunction]:
+        """Every function, once per dtype of the dtype template it uses (``NAME__DTYPE``)."""
+        inside = [s for f in self.module.functions for s in f.body
+                  if isinstance(s, ast.Pragma) and s.name == dtypes.PRAGMA]
+        self.dtype_templates = dtypes.collect(self.module, inside)
+        dtypes.check_defines(self.dtype_templates, self.options.dtypes)
+        plan = [(f, dtypes.instances(f, self.dtype_templates, self.options.dtypes))
+                for f in self.module.functions]
+        grouped = {f.name for f, insts in plan if insts[0].group}
+        typed = []
+        for f, insts in plan:
+            for inst in insts:
+                if inst.group and inst.name in self.functions:
+                    raise TilecError(f"instance '{inst.name}' of dtype template "
+                                     f"{', '.join(inst.binding)} has the name of another "
+                                     "function", self.functions[inst.name].name_span)
+                self.dtype_env = inst.binding
+                fn = self.analyze_function(f)
+                fn.name = inst.name
+                if inst.group:
+                    fn.dtype_template = {"function": inst.group, **inst.binding}
+                    if fn.backward in grouped:
+                        fn.backward += "__" + next(iter(inst.binding.values()))
+                typed.append(fn)
+        self.dtype_env = {}
+        return typed
+
+    def dtype(self, name: str, span: Span) -> str:
+        """The element type a type or ``cast`` names: a dtype, or a dtype template's."""
+        if name in self.dtype_env:
+            return self.dtype_env[name]
+        if name in self.dtype_templates:
+            raise TilecError(f"dtype template '{name}' has no dtype here: a function that does "
+                             f"not use {name} calls one that does", span)
+        return element_type(name, span)
 
     # file-level checks ----------------------------------------------------------------------
     def _check_file_pragmas(self) -> None:
@@ -214,8 +254,8 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
     def type_of(self, t: ast.TypeExpr) -> tuple[TensorInfo, bool]:
         """(type in root dims, is scalar)"""
         if isinstance(t, ast.ScalarType):
-            return TensorInfo(element_type(t.dtype, t.span), ()), True
-        dtype = element_type(t.dtype, t.dtype_span or t.span) if t.dtype else "float16"
+            return TensorInfo(self.program.dtype(t.dtype, t.span), ()), True
+        dtype = self.program.dtype(t.dtype, t.dtype_span or t.span) if t.dtype else "float16"
         dims: list = []
         for i, d in enumerate(t.dims):
             if isinstance(d, ast.EllipsisExpr):
@@ -398,6 +438,8 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
                 if self.backward is not None:
                     raise TilecError("a second pragma 'backward' in this function", p.span)
                 self.backward = _backward_args(p, self.fdef, self.program.functions)
+            return
+        if p.name == dtypes.PRAGMA:
             return
         if p.name == "cache_hint":
             name, _ = cache_hint_args(p)

@@ -90,12 +90,14 @@ class TypedFunction:
     hints: list[Hint]
     templates: dict[str, list[int]]
     backward: str | None = None    # `#pragma backward(NAME)`
+    dtype_template: dict[str, str] | None = None   # {"function": NAME, T: dtype} of an instance
 
 
 @dataclass
 class Options:
     defines: dict[str, int] = field(default_factory=dict)
     templates: dict[str, list[int]] = field(default_factory=dict)   # --template overrides
+    dtypes: dict[str, str] = field(default_factory=dict)   # -D T=float16 (dtype templates)
 
 
 class NeedLead(Exception):
