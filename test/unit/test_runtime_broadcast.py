@@ -4,10 +4,13 @@ rotary case, ``cos`` of batch ``cb`` against ``q`` of batch ``b``, with ``cb == 
 mismatch raises naming the arguments."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import tilec
+from tilec.cli import main
 from tilec.frontend import compile_source
 from tilec.harness.numerics import assert_close
 from tilec.harness.reference import ReferenceError, run
@@ -107,3 +110,15 @@ def test_torch_operator_broadcasts_and_checks_under_compile() -> None:
         bad = torch.empty(3, 3, 5, 8), torch.empty(2, 1, 5, 8), torch.empty(2, 1, 5, 8)
         with pytest.raises(Exception, match=r"cb \(of 'cos'\) must equal b \(of 'q'\) or be 1"):
             torch.ops.t_rtbcast.rotary(*bad)
+
+
+def test_ptxas_accepts_the_generic_and_the_broadcast_variant(tmp_path: Path) -> None:
+    source = tmp_path / "rotary.tile"
+    source.write_text(ROTARY)
+    assert main([str(source), "--target", "ptx", "--emit=cubin",
+                 "-o", str(tmp_path / "rotary.cubin")]) == 0
+    ptx = tmp_path / "rotary.ptx"
+    assert main([str(source), "--target", "ptx", "--emit=ptx", "-o", str(ptx)]) == 0
+    entries = [line for line in ptx.read_text().splitlines() if ".entry" in line]
+    assert any("rotary__cb_1" in e for e in entries) and any("rotary_" in e and "cb_1" not in e
+                                                             for e in entries), entries
