@@ -55,7 +55,7 @@ class BuiltinRules:
             if not isinstance(d, ast.Name):
                 raise TilecError("cast expects a dtype name as its second argument, e.g. "
                                  "cast(x, float32)", d.span)
-            dtype = self.program.dtype(d.id, d.span)
+            dtype = self.dtype(d.id, d.span)
             # a cast is a rounding point even to the same type (x * y rounds to float32 here);
             # tile-canonicalize drops it where the value already has that type exactly
             return self.emit("cast", [x], {}, x.type.with_dtype(dtype), e.span)

@@ -111,7 +111,7 @@ class CallRules:
         for i, (p, a) in enumerate(zip(f.params, args)):
             at = spans[i] if i < len(call.args) else call.span
             if isinstance(p.type, ast.ScalarType):
-                dtype = self.program.dtype(p.type.dtype, p.type.span)
+                dtype = self.dtype(p.type.dtype, p.type.span)
                 v = self.parent.materialize(a, dtype) if isinstance(a, Weak) else a
                 if v.type.shape != ():
                     raise TilecError(f"argument '{p.name}' of '{f.name}' must be a scalar, "

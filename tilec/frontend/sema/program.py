@@ -59,7 +59,8 @@ class Program:
         by_name = {f.name: f for f in typed}
         for f in typed:
             if f.backward is not None:
-                _check_backward(f, by_name[f.backward], self.functions[f.name])
+                source = f.dtype_template["function"] if f.dtype_template else f.name
+                _check_backward(f, by_name[f.backward], self.functions[source])
         return typed
 
     def _analyze_instances(self) -> list[TypedFunction]:
@@ -251,11 +252,15 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
         self.root.values.append(v)
         return v
 
+    def dtype(self, name: str, span: Span) -> str:
+        """The element type that ``name`` stands for here (a dtype template's, bound)."""
+        return self.program.dtype(name, self.here(span))
+
     def type_of(self, t: ast.TypeExpr) -> tuple[TensorInfo, bool]:
         """(type in root dims, is scalar)"""
         if isinstance(t, ast.ScalarType):
-            return TensorInfo(self.program.dtype(t.dtype, t.span), ()), True
-        dtype = self.program.dtype(t.dtype, t.dtype_span or t.span) if t.dtype else "float16"
+            return TensorInfo(self.dtype(t.dtype, t.span), ()), True
+        dtype = self.dtype(t.dtype, t.dtype_span or t.span) if t.dtype else "float16"
         dims: list = []
         for i, d in enumerate(t.dims):
             if isinstance(d, ast.EllipsisExpr):
