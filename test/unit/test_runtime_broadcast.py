@@ -122,3 +122,12 @@ def test_ptxas_accepts_the_generic_and_the_broadcast_variant(tmp_path: Path) -> 
     entries = [line for line in ptx.read_text().splitlines() if ".entry" in line]
     assert any("rotary__cb_1" in e for e in entries) and any("rotary_" in e and "cb_1" not in e
                                                              for e in entries), entries
+
+
+def test_a_define_on_one_side_broadcasts_against_the_constant() -> None:
+    lib = tilec.compile_string(ROTARY, "rotary.tile", defines={"b": 3})
+    for cb in (3, 1):
+        args = inputs(3, cb)
+        np.testing.assert_allclose(lib.rotary(*args), numpy_rotary(*args), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match=r"cb \(of 'cos'\) must be 3 or be 1 .*cb = 2"):
+        lib.rotary(*inputs(3, 2))

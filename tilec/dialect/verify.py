@@ -159,13 +159,14 @@ def _broadcast(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
     if len(x.dims) > len(res.dims):
         return bad
     for d, r in zip(reversed(x.dims), reversed(res.dims)):
-        if d != r and d != Dim.const(1) and not (_symbol(d) and _symbol(r)):
+        if d != r and d != Dim.const(1) and not (_symbol(d) and (_symbol(r) or r.is_const())):
             return bad + f": dimension {d} is neither {r} nor 1"
     return None
 
 
 def _symbol(d: Dim) -> bool:
-    """One symbol: it may broadcast to another one at run time (a ``bcast`` check)."""
+    """One symbol: it may broadcast to another one, or to a constant, at run time (a
+    ``bcast`` check)."""
     names = d.symbols()
     return len(names) == 1 and d == Dim.sym(min(names))
 

@@ -163,7 +163,9 @@ class ExpressionRules:
                 out.append(ELLIPSIS)
                 continue
             dims = list(dict.fromkeys(d for d in entries if d != Dim.const(1)))
-            if len(dims) > 1 and not all(_plain_symbol(d) for d in dims):
+            constants = [d for d in dims if d.is_const()]
+            if len(dims) > 1 and (len(constants) > 1 or not all(
+                    _plain_symbol(d) or d.is_const() for d in dims)):
                 raise TilecError("incompatible broadcast: " + " and ".join(
                     shape_str(s) for s in shapes) + f" differ in dimension -{i} (" +
                     " vs ".join(sorted(str(d) for d in dims)) + ")", at)
@@ -172,18 +174,22 @@ class ExpressionRules:
         return tuple(reversed(out))
 
     def _runtime_broadcast(self, dims: list[Dim], i: int, at: Span) -> Dim:
-        """Different symbols in one broadcast position (language 1.1): the result takes the
-        one the function's declared results name (else the first); each other one must be
-        equal to it or 1 at run time (a ``bcast`` check), and gets a variant where it is 1."""
+        """Different symbols (or symbols and one constant) in one broadcast position (language
+        1.1): the result takes the constant, else the symbol the function's declared results
+        name, else the first; each other one must be equal to it or 1 at run time (a
+        ``bcast`` check), and gets a variant where it is 1."""
         root = self.root
-        named = [d for d in dims if d.symbols() & root.result_symbols]
+        named = [d for d in dims if d.is_const()] + \
+            [d for d in dims if d.symbols() & root.result_symbols]
         result = (named or dims)[0]
         for d in dims:
             if d == result:
                 continue
             (sym,) = d.symbols()
+            to = f"be {result}" if result.is_const() else \
+                f"equal {result} (of {root.symbol_source(str(result))})"
             message = (f"broadcast in dimension -{i}: {sym} (of {root.symbol_source(sym)}) "
-                       f"must equal {result} (of {root.symbol_source(str(result))}) or be 1")
+                       f"must {to} or be 1")
             if all(c.lhs != d or c.rhs != result or c.rel != "bcast" for c in root.checks):
                 root.checks.append(Check(d, "bcast", result, message, self.here(at)))
             root.stretch.setdefault(sym, at)
