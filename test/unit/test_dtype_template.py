@@ -147,3 +147,25 @@ def test_cmake_builds_a_dtype_template(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
     demo = subprocess.run([build / "demo"], capture_output=True, text=True)
     assert (demo.returncode, demo.stdout) == (0, "3.5 8.5\n"), demo.stderr
+
+
+def test_a_one_dtype_template_and_a_result_only_template() -> None:
+    text = """
+#pragma dtype_template(T, [float32])
+func one(x: Tensor<T>[n], y: Tensor<f16>[n]) -> Tensor<T>[n] {
+  return x * cast(y, T);
+}
+#pragma dtype_template(U, [float16, float32])
+func made(x: Tensor<f32>[n]) -> Tensor<U>[n] {
+  return cast(x, U);
+}
+"""
+    lib = tilec.compile_string(text, "t.tile", opt_level=0)
+    x, y = np.arange(3, dtype=np.float32), np.full(3, 2, np.float16)
+    np.testing.assert_array_equal(lib.one(x, y), x * 2)
+    with pytest.raises(TypeError, match="'y'"):
+        lib.one(x, x)
+    with pytest.raises(TypeError, match="made: no tensor argument decides U; call one of "
+                                        "made__float16, made__float32"):
+        lib.made(x)
+    assert lib.made__float16(x).dtype == np.float16

@@ -409,9 +409,10 @@ class DtypeDispatch:
         self.instances = instances          # dtype -> function
         first = next(iter(instances.values()))
         self.params = first.params
-        # the tensor parameters whose dtype differs between instances: those of type T
+        # the tensor parameters whose dtype differs between instances: those of type T (with
+        # one instance, that instance's own dtype checks name the argument)
         self.typed = [i for i, p in enumerate(first.params) if p.kind == "tensor" and len(
-            {f.params[i].dtype for f in instances.values()}) == len(instances)]
+            {f.params[i].dtype for f in instances.values()}) == len(instances) > 1]
         self.__doc__ = "\n".join(s for f in instances.values() for s in f.signatures)
 
     def __repr__(self) -> str:
@@ -436,9 +437,10 @@ class DtypeDispatch:
             elif taken[dtype] != chosen[0]:
                 raise TypeError(f"{self.name}: argument '{name}' has dtype {dtype}, but "
                                 f"'{chosen[1]}' makes {self.symbol} {chosen[0]}")
-        if chosen is None:
-            raise TypeError(f"{self.name}: no tensor argument decides {self.symbol}")
-        return self.instances[chosen[0]]
+        if chosen is None and len(self.instances) > 1:
+            raise TypeError(f"{self.name}: no tensor argument decides {self.symbol}; call one "
+                            f"of {', '.join(f.name for f in self.instances.values())}")
+        return self.instances[chosen[0]] if chosen else first
 
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         return self.select(args, kwargs)(*args, out=out, **kwargs)

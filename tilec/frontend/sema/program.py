@@ -84,8 +84,8 @@ class Program:
                 fn.name = inst.name
                 if inst.group:
                     fn.dtype_template = {"function": inst.group, **inst.binding}
-                    if fn.backward in grouped:
-                        fn.backward += "__" + next(iter(inst.binding.values()))
+                if fn.backward in grouped:
+                    fn.backward = _backward_instance(fn, f, inst)
                 typed.append(fn)
         self.dtype_env = {}
         return typed
@@ -195,6 +195,16 @@ def _check_backward(f: TypedFunction, b: TypedFunction, fdef: ast.FuncDef) -> No
         raise TilecError(f"backward '{b.name}' must return one gradient per tensor parameter "
                          f"of '{f.name}': ({', '.join(grads)}); it returns ("
                          + ", ".join(r.dtype for r in b.result_types) + ")", span)
+
+
+def _backward_instance(fn: TypedFunction, fdef: ast.FuncDef, inst: dtypes.Instance) -> str:
+    """The instance of ``fn``'s backward (a dtype template's function) that ``fn`` names."""
+    if not inst.group:
+        span = next(s.args[0].span for s in fdef.body
+                    if isinstance(s, ast.Pragma) and s.name == "backward")
+        raise TilecError(f"backward '{fn.backward}' uses a dtype template, so '{fdef.name}' "
+                         "must use it too (one backward per dtype)", span)
+    return f"{fn.backward}__{next(iter(inst.binding.values()))}"
 
 
 def _names_in(e: ast.Expr) -> set[str]:
