@@ -175,13 +175,14 @@ class ExpressionRules:
 
     def _runtime_broadcast(self, dims: list[Dim], i: int, at: Span) -> Dim:
         """Different symbols (or symbols and one constant) in one broadcast position (language
-        1.1): the result takes the constant, else the symbol the function's declared results
-        name, else the first; each other one must be equal to it or 1 at run time (a
-        ``bcast`` check), and gets a variant where it is 1."""
+        1.1): the result takes the constant, else a symbol the function's declared results
+        name, else the first, avoiding symbols that already stretch elsewhere (so that two
+        broadcasts of the same symbols agree on the direction); each other one must be equal
+        to it or 1 at run time (a ``bcast`` check), and gets a variant where it is 1."""
         root = self.root
-        named = [d for d in dims if d.is_const()] + \
-            [d for d in dims if d.symbols() & root.result_symbols]
-        result = (named or dims)[0]
+        steady = [d for d in dims if not d.symbols() & root.stretch.keys()]
+        result = ([d for d in dims if d.is_const()] +
+                  [d for d in steady if d.symbols() & root.result_symbols] + steady + dims)[0]
         for d in dims:
             if d == result:
                 continue
