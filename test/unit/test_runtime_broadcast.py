@@ -134,8 +134,10 @@ def test_a_define_on_one_side_broadcasts_against_the_constant() -> None:
 
 
 def test_two_broadcasts_of_the_same_symbols_agree_on_the_direction() -> None:
-    """No declared result names b or cb: the first broadcast picks cb, and the second, written
-    the other way round, keeps it (else b == 1 would be required too)."""
+    """No declared result names b or cb: the first broadcast picks cb (the first operand's),
+    and the second, written the other way round, keeps it, so b may be cb or 1 (with two
+    directions, b == 1 would be required too).  cb == 1 against b == 3 is refused: the result's
+    dimension is cb."""
     text = """
 func f(q: Tensor<float32>[b, n], c: Tensor<float32>[cb, n]) -> Tensor<float32>[n] {
   return reduce_sum(c * q + q * c, axes=[0], keepdims=false);
@@ -143,7 +145,9 @@ func f(q: Tensor<float32>[b, n], c: Tensor<float32>[cb, n]) -> Tensor<float32>[n
 """
     lib = tilec.compile_string(text, "f.tile")
     q = np.arange(12, dtype=np.float32).reshape(3, 4)
-    for c in (np.ones((1, 4), np.float32), np.full((3, 4), 2, np.float32)):
-        np.testing.assert_allclose(lib.f(q, c), (2 * c * q).sum(axis=0), rtol=1e-6)
-    c = np.ones((3, 4), np.float32)
-    np.testing.assert_allclose(lib.f(q[:1], c), (2 * c * q[:1]).sum(axis=0), rtol=1e-6)
+    c = np.full((3, 4), 2, np.float32)
+    for x in (q, q[:1]):
+        np.testing.assert_allclose(lib.f(x, c), (2 * c * x).sum(axis=0), rtol=1e-6)
+    with pytest.raises(RuntimeError, match=r"b \(of 'q'\) must equal cb \(of 'c'\) or be 1 "
+                                           r"\(b = 3, cb = 1\)"):
+        lib.f(q, c[:1])
