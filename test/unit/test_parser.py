@@ -292,7 +292,7 @@ SYNTAX_ERRORS = [
      "expected '->' after ')', found 'Tensor'"),
     ("func f(x: Tensor[n]) -> Tensor[n] let", 1, 35, "expected '{' after ']', found 'let'"),
     ("func f(e: float32 = x) -> Tensor[n] { return e; }", 1, 21,
-     "expected a number after '=', found 'x'"),
+     "expected a number or 'inf' after '=', found 'x'"),
     (H + "  let y = x; #pragma cache_hint(x, L1)\n}\n", 2, 14, "'#pragma' must begin a line"),
     ("#pragma   \n", 1, 8, "expected a pragma name after '#pragma'"),
     ("#pragma cache_hint x\n", 1, 20, "expected '(' after pragma 'cache_hint'"),

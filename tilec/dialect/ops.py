@@ -39,6 +39,24 @@ class ConstantOp(Tile.Operation, name="constant", traits=[ext.Pure]):
     res: Result[Tensor] = result()
 
 
+class IotaOp(Tile.Operation, name="iota", traits=[ext.Pure]):
+    """An int32 tensor of the result's shape whose element is ``start`` (a dimension
+    expression) plus its index along ``axis`` (non-negative).  In a kernel row, ``shape`` gives
+    the whole tensor's dimensions and ``grid`` the axis each grid dimension indexes (-1: none),
+    as ``axes`` of ``tile.load_row`` does."""
+
+    axis: ir.IntegerAttr
+    start: ir.StringAttr
+    res: Result[Tensor] = result()
+
+
+class DimOp(Tile.Operation, name="dim", traits=[ext.Pure]):
+    """The value of the dimension expression ``expr`` as a rank-0 int32 tensor."""
+
+    expr: ir.StringAttr
+    res: Result[Tensor] = result()
+
+
 class CheckOp(Tile.Operation, name="check"):
     """A run-time condition on shape symbols: ``lhs REL rhs`` with ``rel`` in ``le``/``eq``,
     or ``bcast``: ``lhs == rhs`` or ``lhs == 1`` (``lhs`` broadcasts to ``rhs`` at run time).
@@ -58,7 +76,7 @@ class CheckOp(Tile.Operation, name="check"):
 # Element-wise
 
 UNARY_OPS = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "sigmoid", "tanh",
-             "relu", "silu", "gelu", "gelu_tanh", "sin", "cos")
+             "relu", "silu", "gelu", "gelu_tanh", "sin", "cos", "erf", "round")
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
 COMPARE_PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
 
@@ -166,6 +184,7 @@ class TransposeOp(Tile.Operation, name="transpose", traits=[ext.Pure]):
 # Reductions and contractions
 
 REDUCE_KINDS = ("sum", "mean", "max", "min", "var")
+ARG_REDUCE_KINDS = ("max", "min")
 
 
 class ReduceOp(Tile.Operation, name="reduce", traits=[ext.Pure]):
@@ -175,6 +194,19 @@ class ReduceOp(Tile.Operation, name="reduce", traits=[ext.Pure]):
     x: Operand[Tensor]
     kind: ir.StringAttr
     axes: Any  # DenseI64ArrayAttr
+    keepdims: Any  # BoolAttr
+    res: Result[Tensor] = result()
+
+
+class ArgReduceOp(Tile.Operation, name="arg_reduce", traits=[ext.Pure]):
+    """``argmax`` (``kind`` = max) or ``argmin`` of ``x`` along ``axis`` (negative): the int32
+    index of the first greatest (least) element; a NaN counts as greater (less) than every
+    number, as in ``torch.argmax``.  ``tile-expand`` rewrites it into reductions before
+    fusion, so no backend lowers it."""
+
+    x: Operand[Tensor]
+    kind: ir.StringAttr
+    axis: ir.IntegerAttr
     keepdims: Any  # BoolAttr
     res: Result[Tensor] = result()
 
@@ -211,16 +243,17 @@ class OpKind(enum.Enum):
 
 OP_KINDS: dict[str, OpKind] = {
     **{n: OpKind.ELEMENTWISE for n in (*UNARY_OPS, *BINARY_OPS, "cmp", "select", "cast")},
-    **{n: OpKind.MOVEMENT for n in ("constant", "broadcast", "slice", "concat", "reshape",
-                                    "transpose")},
+    **{n: OpKind.MOVEMENT for n in ("constant", "iota", "dim", "broadcast", "slice", "concat",
+                                    "reshape", "transpose")},
     "reduce": OpKind.REDUCTION,
+    "arg_reduce": OpKind.REDUCTION,
     "softmax": OpKind.REDUCTION,
     "matmul": OpKind.MATMUL,
 }
 """The kind of each tensor-level op, by name without ``tile.``."""
 
 TRANSCENDENTAL_OPS = frozenset({"exp", "log", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh",
-                                "sin", "cos", "pow"})
+                                "sin", "cos", "pow", "erf"})
 """The element-wise ops that cost a polynomial or a library call per element: a value of one
 that is read twice is worth keeping rather than computing twice."""
 

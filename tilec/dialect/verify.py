@@ -279,6 +279,37 @@ def _matmul(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
     return _expect(res, TensorInfo(lhs.dtype, lhs.shape[:-2] + (m, n)))
 
 
+def _iota(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
+    parse_dim(op.attributes["start"].value)
+    axis = op.attributes["axis"].value
+    if res.dtype != "int32" or res.rank_generic or not res.shape:
+        return f"gives {res}, not an int32 tensor of known rank"
+    if not 0 <= axis < len(res.shape):
+        return f"has axis {axis} outside the {len(res.shape)} dimensions of {res}"
+    return None
+
+
+def _dim(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
+    parse_dim(op.attributes["expr"].value)
+    return _expect(res, TensorInfo("int32", ()))
+
+
+def _arg_reduce(op: ir.Operation, xs: Infos, res: TensorInfo) -> str | None:
+    x = xs[0]
+    kind = op.attributes["kind"].value
+    if kind not in ops.ARG_REDUCE_KINDS:
+        return f"has unknown kind '{kind}'"
+    axis = op.attributes["axis"].value
+    problem = _negative_axis(axis, x)
+    if problem:
+        return problem
+    dims = list(x.dims)
+    dims[axis] = Dim.const(1)
+    if not op.attributes["keepdims"].value:
+        del dims[axis]
+    return _expect(res, TensorInfo("int32", x.with_dims(tuple(dims)).shape))
+
+
 # ---------------------------------------------------------------------------------------------
 # Structure
 
@@ -309,4 +340,5 @@ _RULES: dict[str, Rule] = {
     "constant": _constant, "cmp": _cmp, "select": _select, "cast": _cast,
     "broadcast": _broadcast, "slice": _slice, "concat": _concat, "reshape": _reshape,
     "transpose": _transpose, "reduce": _reduce, "softmax": _softmax, "matmul": _matmul,
+    "iota": _iota, "dim": _dim, "arg_reduce": _arg_reduce,
 }

@@ -47,6 +47,13 @@ def _op_attrs(v: Value) -> dict[str, ir.Attribute]:
         return {"axis": t.i64(a["axis"])}
     if v.op == "transpose":
         return {"perm": ir.DenseI64ArrayAttr.get(a["perm"])}
+    if v.op == "iota":
+        return {"axis": t.i64(a["axis"]), "start": ir.StringAttr.get(str(a["start"]))}
+    if v.op == "dim":
+        return {"expr": ir.StringAttr.get(str(a["expr"]))}
+    if v.op == "arg_reduce":
+        return {"kind": ir.StringAttr.get(a["kind"]), "axis": t.i64(a["axis"]),
+                "keepdims": ir.BoolAttr.get(a["keepdims"])}
     if v.op == "reduce":
         return {"kind": ir.StringAttr.get(a["kind"]),
                 "axes": ir.DenseI64ArrayAttr.get(a["axes"]),
@@ -57,7 +64,8 @@ def _op_attrs(v: Value) -> dict[str, ir.Attribute]:
 _SIMPLE = {"cast": t.CastOp, "broadcast": t.BroadcastOp, "reshape": t.ReshapeOp,
            "select": t.SelectOp, "matmul": t.MatmulOp, "concat": t.ConcatOp, "cmp": t.CmpOp, "slice": t.SliceOp,
            "transpose": t.TransposeOp, "reduce": t.ReduceOp, "softmax": t.SoftmaxOp,
-           "constant": t.ConstantOp, **t.UNARY, **t.BINARY}
+           "constant": t.ConstantOp, "iota": t.IotaOp, "dim": t.DimOp,
+           "arg_reduce": t.ArgReduceOp, **t.UNARY, **t.BINARY}
 
 
 def _build(v: Value, operands: list[ir.Value]) -> ir.Value:

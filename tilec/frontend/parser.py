@@ -50,7 +50,8 @@ _OPENER_OF = {closer: opener for opener, closer in _CLOSER_OF.items()}
 
 # How the expected terminals are named in messages, besides quoted punctuation and keywords.
 _TERMINAL_WORDS = {"NAME": "a name", "NUMBER": "a number", "PRAGMA": "a '#pragma' line"}
-_EXPRESSION_STARTS = frozenset({"a name", "a number", "'('", "'-'", "'true'", "'false'", "'['"})
+_EXPRESSION_STARTS = frozenset({"a name", "a number", "'('", "'-'", "'true'", "'false'", "'inf'",
+                                "'['"})
 _TYPE_STARTS = frozenset({"a name", "'Tensor'"})
 _OPERATORS = frozenset({"'+'", "'-'", "'*'", "'/'", "'@'",
                         "'<'", "'<='", "'>'", "'>='", "'=='", "'!='"})
@@ -498,6 +499,9 @@ class _Builder(Transformer_NonRecursive):
     def name(self, meta: Meta, children: list[Token]) -> ast.Name:
         return ast.Name(children[0].value, self._span(meta))
 
+    def inf_lit(self, meta: Meta, children: list[Token]) -> ast.Num:
+        return self._number(children[0])
+
     def true_lit(self, meta: Meta, children: list) -> ast.Bool:
         return ast.Bool(True, self._span(meta))
 
@@ -507,6 +511,8 @@ class _Builder(Transformer_NonRecursive):
     def _number(self, token: Token) -> ast.Num:
         """int for an integer literal, float (perhaps inf) for one with '.' or an exponent."""
         text = token.value
+        if text == "inf":
+            return ast.Num(float("inf"), text, True, self._tok(token))
         if any(c in text for c in ".eE"):
             return ast.Num(float(text), text, True, self._tok(token))
         try:

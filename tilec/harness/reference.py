@@ -157,6 +157,8 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu_tanh": _gelu_tanh,
     "sin": np.sin,
     "cos": np.cos,
+    "erf": lambda x: np.asarray(_erf(x), dtype=np.float64),
+    "round": np.rint,   # to nearest, ties to even
 }
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -211,6 +213,14 @@ class _Interpreter:
         if value.denominator != 1 or value < 0:
             raise _error(op, f"dimension {d} is {value} with {self.binding.symbols}, not a "
                              f"non-negative integer")
+        return int(value)
+
+    def integer(self, d: str, op: Any) -> int:
+        """The value of dimension expression ``d``, which may be negative (``iota``'s start,
+        ``dim``)."""
+        value = parse_dim(d).evaluate(self.binding.symbols)
+        if value.denominator != 1:
+            raise _error(op, f"{d} is {value} with {self.binding.symbols}, not an integer")
         return int(value)
 
     def shape(self, info: TensorInfo, op: Any) -> tuple[int, ...]:
@@ -421,6 +431,38 @@ def _softmax(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _arg_reduce(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    """The first index of the greatest (least) element; NumPy, like torch, counts a NaN as
+    greater and as less than every number, so the first NaN wins."""
+    a = op.attributes
+    axis = a["axis"].value
+    fn = np.argmax if a["kind"].value == "max" else np.argmin
+    out = fn(xs[0], axis=axis).astype(np.int64)
+    return np.expand_dims(out, axis) if a["keepdims"].value else out
+
+
+def _iota(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    """``start`` plus the index along ``axis``; in a kernel row (``shape`` and ``axes`` set
+    by tile-kernel) the row of the whole tensor at the current grid point."""
+    a = op.attributes
+    axis = a["axis"].value
+    if "shape" in a:
+        info = TensorInfo("int32", tuple(parse_dim(d) for d in _strings(a["shape"])))
+    else:
+        info = tensor_info(op.results[0].type)
+    shape = ev.shape(info, op)
+    ramp = ev.integer(a["start"].value, op) + np.arange(shape[axis], dtype=np.int64)
+    whole = np.broadcast_to(ramp.reshape([-1 if i == axis else 1 for i in range(len(shape))]),
+                            shape)
+    if "axes" in a:
+        return np.array(whole[_row_index(ev, op, whole, info)])
+    return np.array(whole)
+
+
+def _dim(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
+    return np.array(ev.integer(op.attributes["expr"].value, op), dtype=np.int64)
+
+
 def _matmul(ev: _Interpreter, op: Any, xs: list[np.ndarray]) -> np.ndarray:
     a, b = xs
     row = a.ndim == 1 and b.ndim == 2   # a kernel row: one row of lhs times the whole rhs
@@ -443,6 +485,9 @@ _HANDLERS: dict[str, Handler] = {
     "tile.reduce": _reduce,
     "tile.softmax": _softmax,
     "tile.matmul": _matmul,
+    "tile.iota": _iota,
+    "tile.dim": _dim,
+    "tile.arg_reduce": _arg_reduce,
 }
 
 

@@ -13,8 +13,8 @@ for _name in _NAMES:
     importlib.import_module(f"{__name__}.{_name}")
 
 DEFAULT_PIPELINES: dict[int, str] = {
-    0: "tile-shape-template",
-    1: "tile-shape-template,tile-canonicalize,cse,tile-fuse,tile-cache-hint",
+    0: "tile-shape-template,tile-expand",
+    1: "tile-shape-template,tile-expand,tile-canonicalize,cse,tile-fuse,tile-cache-hint",
 }
 DEFAULT_PIPELINES[2] = DEFAULT_PIPELINES[3] = DEFAULT_PIPELINES[1]
 

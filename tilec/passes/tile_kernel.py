@@ -41,7 +41,7 @@ from ..dialect import FUSED_ATTR, KERNEL_ATTR
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..dialect.types import TensorInfo, stored_dtype, tensor_info
-from ..dims import ELLIPSIS
+from ..dims import ELLIPSIS, parse_dim
 from ..mlir import func, ir
 from ..pipeline import PassContext, option, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
@@ -84,6 +84,11 @@ def _row_attrs(op: Any, plan: RowPlan) -> dict[str, ir.Attribute]:
         row_rank = len(plan.row_shape(x))
         axes = [plan.row_axis(x, rank + int(a)) - row_rank for a in attrs["axes"]]
         attrs["axes"] = ir.DenseI64ArrayAttr.get(sorted(axes))
+    elif name == "tile.iota":
+        # a row of the whole iota: its shape, and which axis each grid dimension indexes
+        res = op.results[0]
+        attrs["shape"] = _strs(tensor_info(res.type).shape)
+        attrs["axes"] = ir.DenseI64ArrayAttr.get(list(plan.axes(res)))
     elif name == "tile.transpose":
         x, res = op.operands[0], op.results[0]
         perm = [int(p) for p in attrs["perm"]]
@@ -208,6 +213,9 @@ def _symbols(fn: Any) -> list[str]:
     types = list(fn.type.inputs) + list(fn.type.results)
     for op in fn.regions[0].blocks[0].operations:
         types.extend(r.type for r in op.results)
+        for name in ("start", "expr"):   # tile.iota, tile.dim
+            if op.operation.name in ("tile.iota", "tile.dim") and name in op.attributes:
+                found |= parse_dim(ir.StringAttr(op.attributes[name]).value).symbols()
     for t in types:
         for d in tensor_info(t).shape:
             if d != ELLIPSIS:

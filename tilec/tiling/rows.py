@@ -71,7 +71,7 @@ def _operand_maps(op: Any, rmap: AxisMap) -> list[AxisMap]:
     name = op.operation.name
     operands = list(op.operands)
     res_shape = _shape(op.results[0])
-    if name == "tile.constant":
+    if name in ("tile.constant", "tile.iota", "tile.dim"):
         return []
     if name in ELEMENTWISE:
         return [tuple(NONE for _ in rmap) if _shape(x) == () else rmap for x in operands]

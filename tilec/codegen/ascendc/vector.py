@@ -19,6 +19,8 @@ rounded, the NPU's approximations add to these):
 - gelu(x) = 0.5 (x + |x| erf(|x| / sqrt 2)) with erf by Abramowitz-Stegun 7.1.26
   (1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z), |error| < 1.5e-7): 4.7e-7; no
   sign select needed.
+- erf(x) = sign(c) erf(|c|) with c = x limited to [-4, 4], erf as gelu's; round(x) is
+  ``Cast(..., CAST_RINT)`` (ties to even).
 - gelu_tanh(x) = x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the identity 1 + tanh u =
   2 sigmoid 2u: no cancellation for negative x): 4.8e-7.
 - sin/cos: k = rint(x 2/pi), r = x - k pi/2 in three float32 pieces (Cody-Waite), Cephes
@@ -262,6 +264,35 @@ class Vector:
         a, t, q = self.temp("f32"), self.temp("f32"), self.temp("f32")
         self.emit(f"Abs({a.name}, {x.name}, {n})")
         self.emit(f"Muls({a.name}, {a.name}, {f32(math.sqrt(0.5))}, {n})")       # z = |x|/sqrt2
+        self._erf_nonnegative(a, t, q)
+        self.emit(f"Abs({a.name}, {x.name}, {n})")
+        self.emit(f"Mul({q.name}, {q.name}, {a.name}, {n})")
+        self.emit(f"Add({q.name}, {q.name}, {x.name}, {n})")
+        self.emit(f"Muls({dest.name}, {q.name}, 0.5f, {n})")
+        for v in (a, t, q):
+            self.release(v)
+
+    def _erf(self, x: Vec, dest: Vec) -> None:
+        """``erf(c) = (c / |c|) erf(|c|)`` with ``c`` = x limited to [-4, 4] (erf is +-1
+        in float32 beyond 3.92) and ``|c|`` at least 1e-30 below it (erf(0) = 0)."""
+        n = self.n
+        c, a, t, q = (self.temp("f32") for _ in range(4))
+        self.emit(f"Mins({c.name}, {x.name}, 4.0f, {n})")
+        self.emit(f"Maxs({c.name}, {c.name}, -4.0f, {n})")
+        self.emit(f"Abs({a.name}, {c.name}, {n})")
+        self._erf_nonnegative(a, t, q)
+        self.emit(f"Maxs({a.name}, {a.name}, 1e-30f, {n})")
+        self.emit(f"Div({a.name}, {c.name}, {a.name}, {n})")                 # sign of x
+        self.emit(f"Mul({dest.name}, {q.name}, {a.name}, {n})")
+        for v in (c, a, t, q):
+            self.release(v)
+
+    def _round(self, x: Vec, dest: Vec) -> None:
+        self.emit(f"Cast({dest.name}, {x.name}, RoundMode::CAST_RINT, {self.n})")
+
+    def _erf_nonnegative(self, a: Vec, t: Vec, q: Vec) -> None:
+        """``q = erf(a)`` for ``a`` >= 0 (Abramowitz-Stegun 7.1.26); ``t`` is scratch."""
+        n = self.n
         self.emit(f"Muls({t.name}, {a.name}, {f32(ERF_P)}, {n})")
         self.emit(f"Adds({t.name}, {t.name}, 1.0f, {n})")
         self.emit(f"Reciprocal({t.name}, {t.name}, {n})")                    # t = 1/(1+p z)
@@ -275,12 +306,6 @@ class Vector:
         self.emit(f"Mul({q.name}, {q.name}, {t.name}, {n})")
         self.emit(f"Muls({q.name}, {q.name}, -1.0f, {n})")
         self.emit(f"Adds({q.name}, {q.name}, 1.0f, {n})")                     # erf(z)
-        self.emit(f"Abs({a.name}, {x.name}, {n})")
-        self.emit(f"Mul({q.name}, {q.name}, {a.name}, {n})")
-        self.emit(f"Add({q.name}, {q.name}, {x.name}, {n})")
-        self.emit(f"Muls({dest.name}, {q.name}, 0.5f, {n})")
-        for v in (a, t, q):
-            self.release(v)
 
     def _floor(self, dest: Vec, x: Vec) -> None:
         self.emit(f"Cast({dest.name}, {x.name}, RoundMode::CAST_FLOOR, {self.n})")
@@ -629,6 +654,8 @@ UNARY_COMPOSED: dict[str, Callable[[Vector, Vec, Vec], None]] = {
     "gelu_tanh": Vector._gelu_tanh,
     "sin": lambda v, x, dest: v._sin_cos(x, dest, False),
     "cos": lambda v, x, dest: v._sin_cos(x, dest, True),
+    "erf": Vector._erf,
+    "round": Vector._round,
 }
 """The unary built-ins composed of several calls."""
 

@@ -23,13 +23,13 @@ from ...dialect.locations import span_of
 from ...dialect import KERNEL_ATTR
 from ...dialect.ops import ELEMENTWISE_OPS
 from ...dialect.types import TensorInfo, tensor_info
-from ...dims import Dim
+from ...dims import Dim, parse_dim
 from ...mlir import arith, ir, scf
 from .layout import LayoutOps, grid_dim, ints, shape_of, strings
 from .scalar import (Num, bitcast, const, f32, i16, i32, i64, index, select, to_float, to_int,
                      zero_extend)
-from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, map_sizes,
-                     numel, reindex, row_major)
+from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, is_ramp,
+                     map_sizes, numel, ramp, reindex, row_major)
 
 STORAGE = {"float16": ir.F16Type.get, "bfloat16": ir.BF16Type.get, "float32": f32,
            "int32": i32}
@@ -364,6 +364,27 @@ class RowLowering(LayoutOps):
         kind = f32() if compute_kind(info.dtype) == "f32" else i32()
         return Splat(const(kind, number), (), info.dtype)
 
+    def iota(self, op: Any) -> Lazy:
+        """The row of a ``tile.iota`` at the current grid point: one value when its axis is
+        a grid axis, else a :func:`~.values.ramp` along the row axis (as a Map, so that it is
+        computed, never copied from memory)."""
+        a = op.attributes
+        axis = int(ir.IntegerAttr(a["axis"]).value)
+        start = parse_dim(ir.StringAttr(a["start"]).value)
+        shape = [parse_dim(d) for d in strings(a["shape"])]
+        grid_axes = ints(a["axes"])
+        sizes = tuple(shape_of(self.result_info(op)))
+        if axis in grid_axes:
+            here = self.coords[grid_axes.index(axis)] if shape[axis] != ONE else \
+                const(index(), 0)
+            return Splat(to_int(here + self.dim(start), i32()), sizes, "int32")
+        row_axis = axis - sum(1 for g in grid_axes if 0 <= g < axis)
+        return Map("cast", (ramp(start, sizes, row_axis),), sizes, "int32")
+
+    def dim_value(self, op: Any) -> Splat:
+        expr = parse_dim(ir.StringAttr(op.attributes["expr"]).value)
+        return Splat(to_int(self.dim(expr), i32()), (), "int32")
+
     def elementwise(self, op: Any, name: str) -> Lazy:
         operands = [self.readable(self.lazy(v)) for v in op.operands]
         dtype = self.result_info(op).dtype
@@ -431,6 +452,8 @@ class RowLowering(LayoutOps):
             return memo[key]
         if isinstance(x, Splat):
             value = x.value
+        elif is_ramp(x):
+            value = to_int(self.address(x, ivs), i32())  # type: ignore[arg-type]
         elif isinstance(x, View):
             value = widen(self.read(x, ivs), x.storage)
         elif isinstance(x, Map):
@@ -499,6 +522,8 @@ _HANDLERS: dict[str, str] = {
     "tile.load_row": "load_row",
     "tile.store_row": "store_row",
     "tile.constant": "constant",
+    "tile.iota": "iota",
+    "tile.dim": "dim_value",
     "tile.cmp": "op_cmp",
     "tile.broadcast": "op_broadcast",
     "tile.slice": "op_slice",

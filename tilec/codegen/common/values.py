@@ -112,6 +112,19 @@ class Concat:
 Lazy = Union[View, Splat, Map, Concat]
 
 
+def ramp(start: Dim, sizes: Sequence[Dim], axis: int) -> View:
+    """The int32 values ``start + i[axis]`` as a view of no buffer: its address is its value,
+    so that slicing, broadcasting and transposing it are those of a view.  Only
+    :meth:`~.rows.RowLowering.load` reads it (:func:`is_ramp`)."""
+    strides = tuple(ONE if a == axis else ZERO for a in range(len(sizes)))
+    return View(None, "int32", None, start, tuple(sizes), strides, "int32")  # type: ignore
+
+
+def is_ramp(x: Lazy) -> bool:
+    """Whether ``x`` is a :func:`ramp`, a view with no memory behind it."""
+    return isinstance(x, View) and x.buffer is None
+
+
 def _expensive(x: Lazy) -> bool:
     return isinstance(x, (Map, Concat)) and x.expensive
 

@@ -58,7 +58,7 @@ from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, arg
                            grid_point, kernel_target, narrow, next_grid_point, reduced_sizes,
                            round_to, spread, widen)
 from ..common.scalar import (Num, bitcast, const, f32, fabs, i16, i32, i64, index, multiply_add,
-                             select, sqrt, to_int)
+                             round_even, select, sqrt, to_int)
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, numel, reindex, row_major)
 from . import mathlib
@@ -171,6 +171,8 @@ _FLOAT_UNARY: UnaryTable = {
     "relu": lambda x: x.maximum(0.0),
     "sin": mathlib.sin,
     "cos": mathlib.cos,
+    "erf": mathlib.erf,
+    "round": round_even,
     **{name: (lambda x, f=f: f(x, mathlib.FULL)) for name, f in _TWO_PRECISIONS.items()},
     **{name + NARROW: (lambda x, f=f: f(x, mathlib.NARROW))
        for name, f in _TWO_PRECISIONS.items()},

@@ -31,7 +31,8 @@ Each function stays within a few float32 ulp of the exact result over the whole 
   minimax fit made for tilec (Lawson-reweighted least squares, P(0) = 2/sqrt(pi)): 2.4e-8 in
   exact arithmetic; float32's rounding of P and Q makes it about 3.5e-7 absolute near 1.
 - ``gelu``: ``x Phi(x) = h + |h| erf(|x| / sqrt 2)`` with h = x / 2 (x erf(x) is even), that
-  sum one fma: exact cancellation (0) where erf is 1 and x < 0.
+  sum one fma: exact cancellation (0) where erf is 1 and x < 0; ``erf`` itself is
+  ``erf_nonnegative(|x|)`` with the sign of x.
 - ``sin``/``cos``: x * 2/pi modulo 4 in float64, with 2/pi in pieces whose products with a
   float32 are exact (so any float32 reduces accurately), Cephes polynomials on [-pi/4, pi/4].
 - ``pow``: ``exp(b * log|a|)`` with NumPy's signs and special cases.
@@ -215,6 +216,12 @@ def erf_nonnegative(x: Num, precision: Precision = FULL) -> Num:
     xc = _at_most(x, ERF_SATURATES)
     t = xc * xc
     return _at_most(xc * horner(t, precision.erf_p) / horner(t, precision.erf_q), 1.0)
+
+
+def erf(x: Num) -> Num:
+    """erf(x), odd: the sign of x on erf(|x|) (NaN stays NaN)."""
+    e = erf_nonnegative(fabs(x))
+    return select(x.cmp("lt", 0.0), -e, e)
 
 
 def gelu(x: Num, precision: Precision = FULL) -> Num:

@@ -56,7 +56,7 @@ from ..common.rows import (SCRATCH, STORAGE, RowLowering, UnaryTable, apply, gri
                            reduced_sizes, round_to, widen)
 from ..common.scalar import Num, const, f32, i32, i64, index, multiply_add, select, to_int
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
-                             concat_parts, numel, reindex, row_major)
+                             concat_parts, is_ramp, numel, reindex, row_major)
 
 MODULE = "tilec_kernels"
 SHARED_SYMBOL = "__tilec_shared"
@@ -98,6 +98,8 @@ _UNARY: UnaryTable = {
         _TANH((x * x * x * 0.044715 + x) * _SQRT_2_OVER_PI) + 1.0),
     "sin": _math(mmath.sin),
     "cos": _math(mmath.cos),
+    "erf": _math(mmath.erf),
+    "round": _math(mmath.roundeven),
 }
 
 
@@ -156,9 +158,10 @@ class _Plan:
 
 
 def _leaves(x: Lazy) -> Optional[list[View]]:
-    """The views an element-wise tree reads, None if it holds a concatenation."""
+    """The views an element-wise tree reads, None if it holds a concatenation or a ramp
+    (an iota, which has no memory to load vectors from)."""
     if isinstance(x, View):
-        return [x]
+        return None if is_ramp(x) else [x]
     if isinstance(x, Splat):
         return []
     if isinstance(x, Concat):

@@ -9,6 +9,7 @@ from ...dialect.ops import REDUCE_KINDS, UNARY_OPS
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim, Shape
 from .. import ast
+from .indices import INDEX_BUILTINS
 from .values import INT_LIMIT, Check, NeedLead, Operand, Value, Weak
 
 # --- built-in signatures ---------------------------------------------------------------------
@@ -26,6 +27,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], dict]] = {
     "reshape": (("x", "shape"), {}),
     "matmul": (("a", "b"), {}),
     "concat": ((), {"axis": None}),   # variadic tensors, axis keyword required
+    **INDEX_BUILTINS,
 }
 
 
@@ -40,6 +42,8 @@ class BuiltinRules:
         params, defaults = BUILTINS[name]
         bound = self._bind_args(e, params, defaults)
         arg = lambda p: bound[p]  # noqa: E731
+        if name in INDEX_BUILTINS:
+            return self.index_builtin(e, bound)
         if name in UNARY_OPS:
             return self.unary(name, self.expr(arg("x").value), e.span, arg("x").span)
         if name in ("max", "min", "pow"):

@@ -44,7 +44,7 @@ class ExpressionRules:
 
     def _expr(self, e: ast.Expr) -> Operand:
         if isinstance(e, ast.Num):
-            if e.is_float and not math.isfinite(float(e.value)):
+            if e.is_float and not math.isfinite(float(e.value)) and e.text != "inf":
                 raise TilecError(f"number {e.text[:20]} is out of range", e.span)
             if not e.is_float and abs(e.value) > 2**63:
                 raise TilecError(f"number {e.text[:20]}... is out of range", e.span)
@@ -121,6 +121,9 @@ class ExpressionRules:
         if dtype is None:
             dtype = "float32" if w.is_float else "int32"
         if dtype == "int32":
+            if w.is_float and math.isinf(w.value):
+                raise TilecError("inf is a float literal; int32 has no infinity (use a "
+                                 "float operand, or cast the int32 one to float32)", w.span)
             if w.is_float:
                 raise TilecError(f"number {w.value} used with int32 operands must be an "
                                  "integer", w.span)

@@ -14,6 +14,7 @@ from .. import ast
 from .builtins import BUILTINS, BuiltinRules
 from . import dtypes
 from .calls import CallRules
+from .indices import IndexRules
 from .expressions import ExpressionRules
 from .values import (INT_LIMIT, Check, Hint, NeedLead, Options, ParamInfo, TypedFunction, Value,
                      Weak, did_you_mean, dim_of, element_type, symbols_of)
@@ -222,7 +223,7 @@ def bound_names(f: ast.FuncDef) -> set[str]:
     return names
 
 
-class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
+class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
     """Evaluates one function body to a value graph.  Calls to the file's functions are
     analyzed by a nested analyzer that appends to the caller's graph (inlining)."""
 
@@ -356,6 +357,9 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
     @staticmethod
     def _scalar_default(num: ast.Num, dtype: str) -> int | float:
         if dtype == "int32":
+            if num.text.endswith("inf"):
+                raise TilecError(f"default {num.text} of an int32 parameter: inf is a float "
+                                 "literal, and int32 has no infinity", num.span)
             if num.is_float:
                 raise TilecError(f"default {num.text} of an int32 parameter must be an integer",
                                  num.span)
@@ -363,7 +367,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules):
                 raise TilecError(f"default {num.text[:20]} does not fit int32", num.span)
             return int(num.value)
         value = float(num.value)
-        if not math.isfinite(value):
+        if not math.isfinite(value) and not num.text.endswith("inf"):
             raise TilecError(f"default {num.text[:20]} is not a finite number", num.span)
         return value
 
