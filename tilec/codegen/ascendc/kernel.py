@@ -27,10 +27,10 @@ from ...dialect import FUSED_ATTR, HINT_ATTR, INPUT_HINTS_ATTR, KERNEL_ATTR
 from ...dialect.locations import span_of
 from ...dialect.ops import ELEMENTWISE_OPS, OpKind, ops_of_kind
 from ...dialect.types import TensorInfo, tensor_info
-from ...dims import Dim
+from ...dims import Dim, parse_dim
 from ...mlir import ir
 from ..common.values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, numel,
-                             reindex, row_major)
+                             ramp, reindex, row_major)
 from . import cxx
 from .cxx import Code, f32, i32
 from ..common.layout import LayoutOps, grid_dim, ints, shape_of, strings
@@ -274,6 +274,27 @@ class _Lowering(Reducer, LayoutOps):
         number = ir.IntegerAttr(value).value
         return Splat(f32(number) if compute_kind(info.dtype) == "f32" else i32(number), (),
                      info.dtype)
+
+    def op_dim(self, op: Any) -> Splat:
+        expr = parse_dim(ir.StringAttr(op.attributes["expr"]).value)
+        return Splat(f"int32_t({cxx.dim(expr)})", (), "int32")
+
+    def op_iota(self, op: Any) -> Lazy:
+        """As :meth:`~..common.rows.RowLowering.iota`: a grid coordinate (not in a flattened
+        kernel, whose rows are no loop), or a ramp along the row."""
+        a = op.attributes
+        axis = int(ir.IntegerAttr(a["axis"]).value)
+        start = parse_dim(ir.StringAttr(a["start"]).value)
+        shape = [parse_dim(d) for d in strings(a["shape"])]
+        grid_axes = ints(a["axes"])
+        sizes = tuple(shape_of(self.result_info(op)))
+        if axis in grid_axes:
+            if self.flat:
+                raise NotFlat
+            here = grid_var(grid_axes.index(axis)) if shape[axis] != ONE else "0"
+            return Splat(f"int32_t({here} + {cxx.dim(start)})", sizes, "int32")
+        row_axis = axis - sum(1 for g in grid_axes if 0 <= g < axis)
+        return Map("cast", (ramp(start, sizes, row_axis),), sizes, "int32")
 
     def elementwise(self, op: Any, name: str) -> Lazy:
         operands = [self.readable(self.lazy(v)) for v in op.operands]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from ...dims import Dim
-from ..common.values import ZERO, Concat, Lazy, Map, Splat, View, reindex, row_major
+from ..common.values import ZERO, Concat, Lazy, Map, Splat, View, is_ramp, reindex, row_major
 from . import cxx
 
 
@@ -138,6 +138,8 @@ def small_power(base: Lazy, exponent: Lazy) -> Optional[Lazy]:
 
 def describe(x: Lazy) -> str:
     """A short text of a tree, for comments in the generated code."""
+    if is_ramp(x):
+        return "iota"
     if isinstance(x, View):
         return x.buffer.member
     if isinstance(x, Splat):

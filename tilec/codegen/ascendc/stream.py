@@ -18,7 +18,8 @@ from typing import Iterator, Optional, Sequence
 
 from ...dialect import ELEMENT_BYTES
 from ...dims import Dim
-from ..common.values import ONE, ZERO, Concat, Lazy, Map, View, concat_parts, numel, row_major
+from ..common.values import (ONE, ZERO, Concat, Lazy, Map, View, concat_parts, is_ramp, numel,
+                             row_major)
 from . import cxx
 from .cxx import Code
 from .lazy import Base, Gm, describe, grid_var, is_grid, leaves, view_key
@@ -239,7 +240,9 @@ class Stream:
         for key, view in leaves(tree).items():
             strides = domain.strides[key]
             inner = strides[at.inner] if at.inner is not None else ZERO
-            if inner == ZERO:
+            if is_ramp(view):
+                loaded[key] = self.ramp(code, vector, view, strides, at, inner)
+            elif inner == ZERO:
                 index = ["0" if k == at.inner else x for k, x in enumerate(at.index)]
                 loaded[key] = Scalar(self.read_scalar(code, view.buffer, self.address(
                     view, index, strides)), compute_kind(view.buffer.dtype))
@@ -280,6 +283,20 @@ class Stream:
                                          queue=f"inQ{q}",
                                          guard=f"resident{resident.index}" if resident else None)
         return loaded
+
+    def ramp(self, code: Code, vector: Vector, view: View, strides: list[Dim], at: Chunk,
+             inner: Dim) -> Reg:
+        """An iota's leaf (:func:`~..common.values.ramp`: its address is its value) for chunk
+        ``at``: a scalar when it is constant along the chunk, else written by the scalar unit
+        (``tilec::Ramp``)."""
+        first = self.address(view, at.index, strides)
+        if inner == ZERO:
+            return Scalar(f"int32_t({first})", "i32")
+        out = vector.temp("i32")
+        row_step = strides[at.row_axis] if at.row_axis is not None else ZERO
+        code(f"tilec::Ramp({out.name}, {first}, {at.rows}, {at.length}, {cxx.dim(row_step)}, "
+             f"{cxx.dim(inner)}, {at.pitch});")
+        return out
 
     def resident(self, view: View, domain: Domain) -> Optional[Resident]:
         """The resident copy of a leaf of an input (a contiguous row, the whole traversal):

@@ -488,6 +488,9 @@ class Vector:
     def convert(self, x: Vec, source: str, target: str, dest: Vec) -> None:
         """``tile.cast`` from ``source`` to ``target`` element type, in compute types."""
         n = self.n
+        if source == target == "int32":
+            self.copy(x, dest)
+            return
         if target == "int32":
             self.emit(f"Cast({dest.name}, {x.name}, RoundMode::CAST_TRUNC, {n})")
             return
