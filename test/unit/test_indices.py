@@ -1,0 +1,147 @@
+"""The built-ins of language 1.1 (iota, inf, dim, erf, round, argmax/argmin) on the ``cpu``
+target at -O0 and -O2 and on ``ascend-sim``, against the reference interpreter and against
+NumPy written here independently of tilec, at awkward sizes."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.frontend import compile_source
+from tilec.harness.numerics import assert_close
+from tilec.harness.reference import run
+
+SOURCE = """
+func causal(scores: Tensor<f32>[s, t]) -> Tensor<f32>[s, t] {
+  let mask = iota([s, t], axis=1) <= iota([s, t], axis=0, start=t - s);
+  return softmax(where(mask, scores * rsqrt(cast(dim(t), float32)), -inf), axis=-1);
+}
+
+func clamp_low(x: Tensor<f32>[n], low: float32 = -inf) -> (Tensor<f32>[n], Tensor<f32>[n]) {
+  return (max(x, low), exp(x * 0.0 - inf) + x / inf);
+}
+
+func indices(x: Tensor<f32>[r, n]) -> (Tensor<i32>[r, 1], Tensor<i32>[r], Tensor<i32>[n]) {
+  return (argmax(x, axis=-1), argmin(x, axis=1, keepdims=false),
+          argmax(x, axis=0, keepdims=false));
+}
+
+func rounding(x: Tensor<f32>[n]) -> (Tensor<f32>[n], Tensor<f32>[n]) {
+  return (erf(x), round(x));
+}
+
+func halves(x: Tensor<f16>[n]) -> (Tensor<f16>[n], Tensor<i32>[1]) {
+  return (round(erf(x) * 8.0), argmax(x, axis=0));
+}
+"""
+
+CONFIGS = [("cpu", 0), ("cpu", 2), ("ascend-sim", 2)]
+SIZES = [1, 7, 127, 1000]
+
+
+@functools.cache
+def library(target: str, opt_level: int):
+    return tilec.compile_string(SOURCE, "indices_test.tile", target=target,
+                                opt_level=opt_level)
+
+
+@functools.cache
+def reference_module():
+    return compile_source(SOURCE, "indices_test.tile")
+
+
+def results(target: str, opt_level: int, name: str, *args):
+    got = getattr(library(target, opt_level), name)(*args)
+    want = run(reference_module(), name, *args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    return got, want
+
+
+def masked_softmax(scores: np.ndarray) -> np.ndarray:
+    """torch.softmax of the causal mask, written with NumPy (queries the last s of t)."""
+    s, t = scores.shape
+    keys = np.arange(t)[None, :]
+    queries = np.arange(s)[:, None] + (t - s)
+    x = np.where(keys <= queries, scores.astype(np.float64) / math.sqrt(t), -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+@pytest.mark.parametrize("s, t", [(1, 1), (7, 7), (7, 127), (127, 1000), (9, 7)])
+def test_causal_softmax(target: str, opt_level: int, s: int, t: int) -> None:
+    scores = np.random.default_rng([s, t]).uniform(-4, 4, (s, t)).astype(np.float32)
+    (got,), (want,) = results(target, opt_level, "causal", scores)
+    assert_close(want, masked_softmax(scores), "float32")
+    assert_close(got, want, "float32")
+    masked = max(s - t, 0)      # the first s - t queries see no key: NaN, as torch gives
+    assert np.isnan(got[:masked]).all() and not np.isnan(got[masked:]).any()
+    assert np.allclose(got[masked:].sum(axis=-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+def test_inf_literal_and_default(target: str, opt_level: int) -> None:
+    x = np.array([-np.inf, -3.0, 0.0, 2.5, np.inf, -1e30, 1e30], np.float32)
+    (low, zeros), _ = results(target, opt_level, "clamp_low", x)
+    assert np.array_equal(low, x)                     # max(x, -inf) is x
+    assert np.array_equal(zeros[1:4], [0.0, 0.0, 0.0])  # exp(-inf) = 0, x / inf = 0
+    assert np.isnan(zeros[[0, 4]]).all()              # inf / inf
+    (clamped, _), _ = results(target, opt_level, "clamp_low", x, 0.0)
+    assert np.array_equal(clamped, np.maximum(x, 0.0))
+
+
+def _with_ties_and_nans(r: int, n: int) -> np.ndarray:
+    rng = np.random.default_rng([r, n])
+    x = rng.integers(-3, 4, (r, n)).astype(np.float32)   # many ties
+    if r > 2 and n > 2:
+        x[1, n // 2] = np.nan
+        x[2, [0, n - 1]] = np.nan
+        x[0, :] = 5.0
+    return x
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+@pytest.mark.parametrize("r, n", [(1, 1), (7, 7), (3, 127), (5, 1000)])
+def test_argmax_argmin_first_on_ties_nan_wins(target: str, opt_level: int, r: int,
+                                              n: int) -> None:
+    x = _with_ties_and_nans(r, n)
+    got, want = results(target, opt_level, "indices", x)
+    independent = (np.argmax(x, axis=-1)[:, None], np.argmin(x, axis=1), np.argmax(x, axis=0))
+    for g, w, i in zip(got, want, independent):
+        assert g.dtype == np.int32
+        assert np.array_equal(w, i) and np.array_equal(g, i)
+    if r > 2 and n > 2:
+        assert got[0][1, 0] == n // 2 and got[1][2] == 0 and got[0][0, 0] == 0
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+@pytest.mark.parametrize("n", SIZES)
+def test_erf_and_round(target: str, opt_level: int, n: int) -> None:
+    x = np.random.default_rng(n).uniform(-5, 5, n).astype(np.float32)
+    x[: min(n, 4)] = [2.5, -0.5, np.inf, -np.inf][: min(n, 4)]
+    got, want = results(target, opt_level, "rounding", x)
+    exact = np.array([math.erf(v) for v in x.astype(np.float64)])
+    assert_close(want[0], exact, "float32")
+    assert_close(got[0], exact, "float32")
+    assert np.array_equal(got[1], np.rint(x)) and np.array_equal(want[1], np.rint(x))
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+def test_round_ties_to_even(target: str, opt_level: int) -> None:
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49999976, 1e9 + 0.5], np.float32)
+    (_, got), _ = results(target, opt_level, "rounding", x)
+    assert got.tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, -2.0, 3.0, float(np.rint(x[-1]))]
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+@pytest.mark.parametrize("n", SIZES)
+def test_float16(target: str, opt_level: int, n: int) -> None:
+    x = np.random.default_rng(n).uniform(-2, 2, n).astype(np.float16)
+    got, want = results(target, opt_level, "halves", x)
+    assert_close(got[0], want[0], "float16")
+    assert got[1].tolist() == want[1].tolist() == [int(np.argmax(x))]
