@@ -31,10 +31,12 @@ class IndexRules:
         caller's bindings substituted; a value's name in it is an error."""
         for name in _names(expr):
             if name.id in self.env:
-                raise TilecError(f"'{name.id}' is a value, not a shape symbol: {what} must be a "
+                raise TilecError(f"'{name.id}' is a value, not a shape symbol: {what} is a "
                                  "dimension expression (integers and shape symbols with "
                                  "+ - * /)", name.span)
-        return self._subst_dim(dim_of(expr, what), expr.span)
+        if isinstance(expr, ast.Num) and expr.is_float:
+            raise TilecError(f"{what} must be an integer, not '{expr.text}'", expr.span)
+        return self._subst_dim(dim_of(expr, "dimension expression"), expr.span)
 
     def _dim(self, e: ast.Call, arg: ast.Arg) -> Value:
         if isinstance(arg.value, ast.ListExpr):
@@ -66,7 +68,7 @@ class IndexRules:
             raise TilecError(f"axis {axis} is out of range for an iota of rank {rank}",
                              bound["axis"].value.span)
         start = bound["start"]
-        first = self._dim_expr(start.value, "start") if isinstance(start, ast.Arg) \
+        first = self._dim_expr(start.value, "iota's start") if isinstance(start, ast.Arg) \
             else Dim.const(start)
         return self.emit("iota", [], {"axis": axis % rank, "start": first},
                          TensorInfo("int32", dims), e.span)
