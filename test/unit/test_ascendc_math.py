@@ -22,6 +22,8 @@ func silu_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return silu(x); }
 func tanh_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return tanh(x); }
 func gelu_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return gelu(x); }
 func gelu_tanh_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return gelu_tanh(x); }
+func erf_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return erf(x); }
+func round_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return round(x); }
 func sin_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return sin(x); }
 func cos_(x: Tensor<f32>[n]) -> Tensor<f32>[n] { return cos(x); }
 func pow_(a: Tensor<f32>[n], b: Tensor<f32>[n]) -> Tensor<f32>[n] { return pow(a, b); }
@@ -53,6 +55,8 @@ def errors(got: np.ndarray, want: np.ndarray) -> float:
     ("silu_", lambda x: x / (1 + np.exp(-x)), 3e-6),
     ("tanh_", np.tanh, 3e-7),
     ("gelu_", lambda x: 0.5 * x * (1 + ERF(x / math.sqrt(2))), 1e-6),
+    ("erf_", ERF, 3e-7),
+    ("round_", np.rint, 0.0),
     ("gelu_tanh_", lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi)
                                                    * (x + 0.044715 * x ** 3))), 1e-6),
 ])
@@ -93,3 +97,12 @@ def test_softmax_accuracy(lib: Any) -> None:
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(-1, keepdims=True))
     assert errors(lib.softmax_(x), e / e.sum(-1, keepdims=True)) <= 5e-7
+
+
+def test_erf_is_relatively_accurate_near_zero_and_keeps_nan(lib: Any) -> None:
+    x = np.array([1e-6, -1e-6, 1e-30, 0.0, -0.0, 0.01, np.inf, -np.inf, np.nan], np.float32)
+    got = lib.erf_(x).astype(np.float64)
+    want = ERF(x.astype(np.float64))
+    finite = np.isfinite(want)
+    assert (np.abs(got[finite] - want[finite]) <= 1e-6 * np.abs(want[finite])).all()
+    assert np.isnan(got[-1]) and list(got[-3:-1]) == [1.0, -1.0]

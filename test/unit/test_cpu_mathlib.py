@@ -45,6 +45,9 @@ FUNCTIONS = {
     # erf's, where |x / sqrt 2| < 4 (erf is -1 beyond): at most 0.5 * 4 sqrt(2) * ERF_ERROR
     "gelu": (lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))), (-12.0, 12.0), 3.0,
              2 * math.sqrt(2) * ERF_ERROR),
+    # erf_nonnegative(|x|) with x's sign: its error is ERF_ERROR's, a few ulp where it is small
+    "erf": (erf, (-10.0, 10.0), 4.0, ERF_ERROR),
+    "round": (np.rint, (-3.4e38, 3.4e38), 0.0, 1e-45),   # exact
     "gelu_tanh": (lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) *
                                                    (x + 0.044715 * x ** 3))),
                   (-12.0, 12.0), 3.0, 5e-7),

@@ -19,7 +19,8 @@ rounded, the NPU's approximations add to these):
 - gelu(x) = 0.5 (x + |x| erf(|x| / sqrt 2)) with erf by Abramowitz-Stegun 7.1.26
   (1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z), |error| < 1.5e-7): 4.7e-7; no
   sign select needed.
-- erf(x) = sign(c) erf(|c|) with c = x limited to [-4, 4], erf as gelu's; round(x) is
+- erf(x) = c P(c^2) / Q(c^2) with c = x limited to [-4, 4] (the CPU's rational fit,
+  :mod:`..common.erf`: relative accuracy near 0, unlike gelu's form); round(x) is
   ``Cast(..., CAST_RINT)`` (ties to even).
 - gelu_tanh(x) = x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the identity 1 + tanh u =
   2 sigmoid 2u: no cancellation for negative x): 4.8e-7.
@@ -41,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
+from ..common import erf as erf_fit
 from ..common.values import Lazy, Map, Splat, View
 from .cxx import Code, f32, i32
 
@@ -273,19 +275,25 @@ class Vector:
             self.release(v)
 
     def _erf(self, x: Vec, dest: Vec) -> None:
-        """``erf(c) = (c / |c|) erf(|c|)`` with ``c`` = x limited to [-4, 4] (erf is +-1
-        in float32 beyond 3.92) and ``|c|`` at least 1e-30 below it (erf(0) = 0)."""
+        """``c P(c^2) / Q(c^2)`` (:mod:`..common.erf`) with ``c`` = x limited to [-4, 4], the
+        result limited to [-1, 1]; NaN where x is (Mins/Maxs drop a NaN)."""
         n = self.n
-        c, a, t, q = (self.temp("f32") for _ in range(4))
-        self.emit(f"Mins({c.name}, {x.name}, 4.0f, {n})")
-        self.emit(f"Maxs({c.name}, {c.name}, -4.0f, {n})")
-        self.emit(f"Abs({a.name}, {c.name}, {n})")
-        self._erf_nonnegative(a, t, q)
-        self.emit(f"Maxs({a.name}, {a.name}, 1e-30f, {n})")
-        self.emit(f"Div({a.name}, {c.name}, {a.name}, {n})")                 # sign of x
-        self.emit(f"Mul({dest.name}, {q.name}, {a.name}, {n})")
-        for v in (c, a, t, q):
+        c, t, p, q = (self.temp("f32") for _ in range(4))
+        self.emit(f"Mins({c.name}, {x.name}, {f32(erf_fit.ERF_SATURATES)}, {n})")
+        self.emit(f"Maxs({c.name}, {c.name}, {f32(-erf_fit.ERF_SATURATES)}, {n})")
+        self.emit(f"Mul({t.name}, {c.name}, {c.name}, {n})")
+        self._horner(p, t, tuple(erf_fit.ERF_P))
+        self._horner(q, t, tuple(erf_fit.ERF_Q))
+        self.emit(f"Div({p.name}, {p.name}, {q.name}, {n})")
+        self.emit(f"Mul({p.name}, {p.name}, {c.name}, {n})")
+        self.emit(f"Mins({p.name}, {p.name}, 1.0f, {n})")
+        self.emit(f"Maxs({p.name}, {p.name}, -1.0f, {n})")
+        for v in (c, t, q):
             self.release(v)
+        number = self.compare("eq", x, x, "f32")
+        self.select(number, p, x, "f32", dest)
+        self.release(number)
+        self.release(p)
 
     def _round(self, x: Vec, dest: Vec) -> None:
         self.emit(f"Cast({dest.name}, {x.name}, RoundMode::CAST_RINT, {self.n})")

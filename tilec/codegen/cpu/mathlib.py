@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..common.erf import ERF_P, ERF_Q, ERF_SATURATES
 from ..common.scalar import (Num, bitcast, const, f32, f64, fabs, floor, horner, i32, logical_not,
                      multiply_add, round_even, select, to_float, to_int)
 
@@ -78,10 +79,7 @@ TANH_POLY = [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.333144220
              -3.33332819422e-1]
 TANH_SMALL = 0.625
 
-# erf(x) = x * ERF_P(x^2) / ERF_Q(x^2) for |x| <= ERF_SATURATES (coefficients from the highest)
-ERF_P = [1.9842562e-06, 2.846261e-04, 3.8910217e-03, 5.3127777e-02, 1.9373445e-01, 1.1283792]
-ERF_Q = [3.7396283e-05, 1.1871608e-03, 1.5223805e-02, 1.15428604e-01, 5.050256e-01, 1.0]
-ERF_SATURATES = 4.0
+# erf(x) = x * ERF_P(x^2) / ERF_Q(x^2) for |x| <= ERF_SATURATES: from ..common.erf
 
 # 2/pi = TWO_OVER_PI[0] + TWO_OVER_PI[1] + ... to about 2**-190: pieces of 28 significant bits,
 # so that a float32 (24 bits) times a piece is exact in float64.
