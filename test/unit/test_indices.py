@@ -36,6 +36,22 @@ func rounding(x: Tensor<f32>[n]) -> (Tensor<f32>[n], Tensor<f32>[n]) {
 func halves(x: Tensor<f16>[n]) -> (Tensor<f16>[n], Tensor<i32>[1]) {
   return (round(erf(x) * 8.0), argmax(x, axis=0));
 }
+
+func moves(x: Tensor<f32>[s, t])
+    -> (Tensor<i32>[t, s], Tensor<i32>[s, t], Tensor<i32>[t], Tensor<f32>[s, t]) {
+  let a = transpose(iota([s, t], axis=1, start=2), perm=[1, 0]);
+  let b = iota([1, t], axis=0, start=5) + iota([s, 1], axis=0) * 100;
+  let c = iota([t + 1], axis=0, start=-1)[1:t + 1];
+  return (a, b, c, x * cast(iota([s, 1], axis=0), float32));
+}
+
+func generic(x: Tensor<f32>[..., n]) -> (Tensor<i32>[..., 1], Tensor<f32>[..., n]) {
+  return (argmax(x, axis=-1), x + cast(iota([n], axis=0), float32));
+}
+
+func alone(x: Tensor<f32>[n]) -> (Tensor<i32>[n], Tensor<f32>[1]) {
+  return (iota([n], axis=0) + dim(n), reduce_sum(cast(iota([n], axis=0), float32) * x, axes=[0]));
+}
 """
 
 CONFIGS = [("cpu", 0), ("cpu", 2), ("ascend-sim", 2)]
@@ -145,3 +161,32 @@ def test_float16(target: str, opt_level: int, n: int) -> None:
     got, want = results(target, opt_level, "halves", x)
     assert_close(got[0], want[0], "float16")
     assert got[1].tolist() == want[1].tolist() == [int(np.argmax(x))]
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+@pytest.mark.parametrize("s, t", [(1, 1), (3, 7), (5, 130)])
+def test_iota_through_data_movement(target: str, opt_level: int, s: int, t: int) -> None:
+    """Transposed, broadcast from extent 1 along a grid axis, sliced, read along the grid,
+    rank-generic, returned alone, reduced; argmax of a rank-generic operand."""
+    x = np.random.default_rng([s, t]).uniform(-1, 1, (s, t)).astype(np.float32)
+    rows, cols = np.arange(s)[:, None], np.arange(t)[None, :]
+    moved, _ = results(target, opt_level, "moves", x)
+    assert np.array_equal(moved[0], np.broadcast_to(cols + 2, (s, t)).T)
+    assert np.array_equal(moved[1], np.broadcast_to(5 + rows * 100, (s, t)))
+    assert np.array_equal(moved[2], np.arange(t))
+    assert_close(moved[3], x.astype(np.float64) * rows, "float32")
+    lead = x.reshape(1, s, t)
+    (index, ramp), _ = results(target, opt_level, "generic", lead)
+    assert np.array_equal(index, np.argmax(lead, axis=-1)[..., None])
+    assert_close(ramp, lead.astype(np.float64) + cols, "float32")
+    got, want = results(target, opt_level, "alone", x[0])
+    assert np.array_equal(got[0], np.arange(t) + t)
+    assert_close(got[1], want[1], "float32")
+    assert_close(want[1], np.array([np.dot(np.arange(t), x[0].astype(np.float64))]), "float32")
+
+
+def test_ptxas_accepts_the_builtins() -> None:
+    """The PTX of every function above assembles (tilec runs the pinned ptxas for the cubin
+    it embeds; a rejection is a TilecError)."""
+    lib = tilec.compile_string(SOURCE, "indices_test.tile", target="ptx")
+    assert {"causal", "indices", "rounding", "moves", "generic", "alone"} <= set(dir(lib))
