@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import SHARED_EXAMPLES
 
+import tilec
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.diagnostics import DiagnosticSink
 from tilec.dialect import make_context, ops, params_of, tensor_info
@@ -293,6 +294,31 @@ def test_a_chain_is_recomputed_up_to_eight_ops(length: int, recomputed: bool) ->
     assert len(first.results) == (1 if recomputed else 2)
     assert list(second.operands) == ([arg] if recomputed else [first.results[0]])
     assert_same_results(before, after, "f", exact=True)
+
+
+SHARED_MASK = """
+func f(x: Tensor<f32>[r, n]) -> (Tensor<f32>[r, 1], Tensor<f32>[1, n]) {
+  let z = x + reduce_sum(x, axes=[0]);
+  let m = z > 0.0;
+  return (reduce_sum(where(m, z, 0.0), axes=[-1]), reduce_sum(where(m, z, 1.0), axes=[0]));
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "ascend-sim"])
+def test_a_mask_read_by_two_groups_is_recomputed_in_each(target: str) -> None:
+    """A mask whose cone (a reduction) is not cheap to recompute, read by two row
+    reductions of different axes: each group recomputes the comparison from its materialised
+    operand, since no kernel can store a mask (was an internal error: KeyError 'bool')."""
+    before = compiled(SHARED_MASK)
+    after = transformed(before, FUSION)
+    results = [r.type for g in groups(after, "f") for r in g.results]
+    assert results and all(tensor_info(t).dtype != "bool" for t in results)
+    assert_same_results(before, after, "f", exact=True)
+    lib = tilec.compile_string(SHARED_MASK, "mask.tile", target=target)
+    x = np.random.default_rng(3).uniform(-1, 1, (5, 7)).astype(np.float32)
+    for got, want in zip(lib.f(x), run(before, "f", x)):
+        assert_close(got, want, "float32")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ costs a write, one read per consumer and a kernel; and 8 cheap ops per element s
 the ratio of compute to memory bandwidth of every target, so recomputing is free where the
 kernels are bound by memory, as these are.  Anything else (a reduction or
 matmul result, a long chain, a mix of several inputs, a hinted value) is materialised once,
-as an output of its group.
+as an output of its group.  A mask (``tile.cmp``) is always recomputed, its operands then
+materialised where they must be: no kernel stores a mask.
 
 Attributes of each ``tile.fused`` op:
 
@@ -222,7 +223,7 @@ class Partition:
         """Group the function's ops, then replace them by one ``tile.fused`` op per group."""
         for node in reversed(list(self.nodes)):
             consumers = self._consumer_groups(node)
-            if len(consumers) > 1 and self._recomputable(node):
+            if len(consumers) > 1 and (self._recomputable(node) or _is_mask(node)):
                 for group in consumers[1:]:
                     self._clone_into(node, group)
             for group in self._consumer_groups(node):
@@ -544,3 +545,9 @@ def _bytes(node: Node) -> Dim:
 
 def _i64_array(values: Iterable[int]) -> ir.Attribute:
     return ir.DenseI64ArrayAttr.get(list(values))
+
+
+def _is_mask(node: Node) -> bool:
+    """Whether ``node`` makes a mask, which no kernel can store: it is recomputed by every
+    group that reads it."""
+    return tensor_info(node.type).dtype == "bool"
