@@ -49,6 +49,11 @@ func generic(x: Tensor<f32>[..., n]) -> (Tensor<i32>[..., 1], Tensor<f32>[..., n
   return (argmax(x, axis=-1), x + cast(iota([n], axis=0), float32));
 }
 
+func two_axes(x: Tensor<f16>[r, n]) -> (Tensor<i32>[r, 1], Tensor<i32>[1, n]) {
+  let z = exp(x * 1.37) + reduce_sum(x, axes=[0]);
+  return (argmax(z, axis=-1), argmin(z, axis=0));
+}
+
 func alone(x: Tensor<f32>[n]) -> (Tensor<i32>[n], Tensor<f32>[1]) {
   return (iota([n], axis=0) + dim(n), reduce_sum(cast(iota([n], axis=0), float32) * x, axes=[0]));
 }
@@ -190,3 +195,15 @@ def test_ptxas_accepts_the_builtins() -> None:
     it embeds; a rejection is a TilecError)."""
     lib = tilec.compile_string(SOURCE, "indices_test.tile", target="ptx")
     assert {"causal", "indices", "rounding", "moves", "generic", "alone"} <= set(dir(lib))
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+def test_argmax_of_a_computed_value_along_two_axes(target: str, opt_level: int) -> None:
+    """Both expansions share ``z != z`` after cse, a mask read by two groups (was an internal
+    error, KeyError 'bool', before tile-fuse recomputed masks)."""
+    x = np.random.default_rng(5).uniform(-2, 2, (64, 100)).astype(np.float16)
+    z = np.exp(x.astype(np.float64) * 1.37) + x.astype(np.float64).sum(axis=0)
+    got, want = results(target, opt_level, "two_axes", x)
+    assert np.array_equal(got[0], np.argmax(z, axis=-1)[:, None])
+    assert np.array_equal(got[1], np.argmin(z, axis=0)[None, :])
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])

@@ -1,7 +1,8 @@
 """tile-expand: write the built-ins that have no kernel lowering of their own in tile ops that do.
 
 In and out: tensor-level tile IR.  ``tile.arg_reduce`` (``argmax``/``argmin``) becomes, with
-``m`` the max (min) of ``x`` along the axis and ``i`` the index along it as float32:
+``x`` cast to float32, ``m`` its max (min) along the axis and ``i`` the index along it as
+float32:
 
     key = where(x != x, i - 2**24, where(x == m, i, inf))    # a NaN before every number
     r   = reduce_min(key)                                     # the first NaN, else first m
@@ -69,6 +70,11 @@ def _arg_reduce(op: Any) -> Any:
     if extent.value is None:
         t.CheckOp(ir.StringAttr.get(str(extent)), ir.StringAttr.get("le"),
                   ir.StringAttr.get(str(EXACT)), ir.StringAttr.get(too_long))
+    if info.dtype != "float32":
+        # compared in float32 with its max: a max kept in a narrower buffer between two
+        # kernels would equal no element computed in float32 registers
+        info = info.with_dtype("float32")
+        x = _make("cast", [x], info)
     axes = ir.DenseI64ArrayAttr.get([axis])
     kept = info.with_dims(tuple(Dim.const(1) if i - len(info.dims) == axis else d
                                 for i, d in enumerate(info.dims)))

@@ -1,15 +1,16 @@
 // tile-expand: argmax/argmin (tile.arg_reduce) become a reduction of the value, the first
 // index where it is reached (an iota along the axis, as float32) and a min reduction that
-// puts a NaN's index (shifted down by 2**24) before every number's.
+// puts a NaN's index (shifted down by 2**24) before every number's, all in float32.
 // RUN: tilec-opt %s --split-input-file -p tile-expand | FileCheck %s
 
 // CHECK-LABEL: func.func @argmax(
 // CHECK-SAME: %[[X:[^:]+]]: tensor<?x?xf16, ["r", "n"]>
 // CHECK-NEXT: "tile.check"() {lhs = "n", message = "argmax along an axis of n elements: at most 16777216", rel = "le", rhs = "16777216"}
-// CHECK-NEXT: %[[M:.*]] = "tile.reduce"(%[[X]]) {axes = array<i64: -1>, keepdims = true, kind = "max"}
-// CHECK-NEXT: %[[MB:.*]] = "tile.broadcast"(%[[M]]) : (tensor<?x1xf16, ["r", "1"]>) -> tensor<?x?xf16, ["r", "n"]>
-// CHECK-NEXT: %[[HIT:.*]] = "tile.cmp"(%[[X]], %[[MB]]) {predicate = "eq"}
-// CHECK-NEXT: %[[NAN:.*]] = "tile.cmp"(%[[X]], %[[X]]) {predicate = "ne"}
+// CHECK-NEXT: %[[XF:.*]] = "tile.cast"(%[[X]]) : (tensor<?x?xf16, ["r", "n"]>) -> tensor<?x?xf32, ["r", "n"]>
+// CHECK-NEXT: %[[M:.*]] = "tile.reduce"(%[[XF]]) {axes = array<i64: -1>, keepdims = true, kind = "max"}
+// CHECK-NEXT: %[[MB:.*]] = "tile.broadcast"(%[[M]]) : (tensor<?x1xf32, ["r", "1"]>) -> tensor<?x?xf32, ["r", "n"]>
+// CHECK-NEXT: %[[HIT:.*]] = "tile.cmp"(%[[XF]], %[[MB]]) {predicate = "eq"}
+// CHECK-NEXT: %[[NAN:.*]] = "tile.cmp"(%[[XF]], %[[XF]]) {predicate = "ne"}
 // CHECK-NEXT: %[[I:.*]] = "tile.iota"() {axis = 0 : i64, start = "0"} : () -> tensor<?xi32, ["n"]>
 // CHECK-NEXT: %[[IF:.*]] = "tile.cast"(%[[I]]) : (tensor<?xi32, ["n"]>) -> tensor<?xf32, ["n"]>
 // CHECK-NEXT: %[[IB:.*]] = "tile.broadcast"(%[[IF]]) : (tensor<?xf32, ["n"]>) -> tensor<?x?xf32, ["r", "n"]>
@@ -36,6 +37,7 @@ func.func @argmax(%x: tensor<?x?xf16, ["r", "n"]>) -> tensor<?xi32, ["r"]> {
 // is a column [4, 1] broadcast over the trailing axis; rank-generic operands work alike.
 // CHECK-LABEL: func.func @argmin(
 // CHECK-NOT: tile.check
+// CHECK-NOT: tile.cast
 // CHECK: "tile.reduce"(%{{.*}}) {axes = array<i64: -2>, keepdims = true, kind = "min"} : (tensor<?x4x?xf32, ["...", "4", "m"]>) -> tensor<?x1x?xf32, ["...", "1", "m"]>
 // CHECK: "tile.iota"() {axis = 0 : i64, start = "0"} : () -> tensor<4x1xi32>
 // CHECK: "tile.broadcast"(%{{.*}}) : (tensor<4x1xf32>) -> tensor<?x4x?xf32, ["...", "4", "m"]>
