@@ -268,6 +268,8 @@ def _token_error(token: Token, accepts: set[str], file: str, brackets: _Brackets
 
     span = _token_span(file, token)
     found = _token_words(token)
+    if token.type == "INF" and "a name" in expected:
+        return TilecError("'inf' is a keyword (the float infinity), not a name", span)
     if token.value in _OPENER_OF and not brackets.closes_any(token.value):
         return TilecError(f"unexpected {found} with no matching '{_OPENER_OF[token.value]}'",
                           span)
