@@ -54,6 +54,10 @@ func two_axes(x: Tensor<f16>[r, n]) -> (Tensor<i32>[r, 1], Tensor<i32>[1, n]) {
   return (argmax(z, axis=-1), argmin(z, axis=0));
 }
 
+func scale(x: Tensor<f32>[n], y: Tensor<f32>[k]) -> Tensor<f32>[n] {
+  return x * cast(dim(k - 1), float32);
+}
+
 func alone(x: Tensor<f32>[n]) -> (Tensor<i32>[n], Tensor<f32>[1]) {
   return (iota([n], axis=0) + dim(n), reduce_sum(cast(iota([n], axis=0), float32) * x, axes=[0]));
 }
@@ -207,3 +211,10 @@ def test_argmax_of_a_computed_value_along_two_axes(target: str, opt_level: int) 
     assert np.array_equal(got[0], np.argmax(z, axis=-1)[:, None])
     assert np.array_equal(got[1], np.argmin(z, axis=0)[None, :])
     assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+@pytest.mark.parametrize("target, opt_level", CONFIGS)
+def test_dim_of_a_symbol_no_kernel_type_names(target: str, opt_level: int) -> None:
+    x = np.arange(7, dtype=np.float32)
+    (got,), _ = results(target, opt_level, "scale", x, np.zeros(12, np.float32))
+    assert np.array_equal(got, x * 11)
