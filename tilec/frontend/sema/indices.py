@@ -6,7 +6,7 @@ from ...diagnostics import Span, TilecError
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim
 from .. import ast
-from .values import Value, dim_of
+from .values import INT_LIMIT, Value, dim_of
 
 INDEX_BUILTINS: dict[str, tuple[tuple[str, ...], dict]] = {
     "iota": (("shape", "axis", "start"), {"start": 0}),
@@ -43,6 +43,8 @@ class IndexRules:
             raise TilecError("dim takes one dimension expression, not a list", arg.span)
         d = self._dim_expr(arg.value, "the argument of dim")
         if d.value is not None:
+            if abs(d.value) > INT_LIMIT:
+                raise TilecError(f"dim of {d.value}, which does not fit int32", arg.span)
             return self.materialize_int(d.value, arg.span)
         return self.emit("dim", [], {"expr": d}, TensorInfo("int32", ()), e.span)
 
