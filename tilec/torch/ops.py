@@ -13,6 +13,8 @@ Layout: tensors are passed contiguous; a non-contiguous argument is copied with
 """
 from __future__ import annotations
 
+import math
+
 import os
 import types
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ def _param_schema(p: Param, with_default: bool) -> str:
     if p.kind == "tensor":
         return f"Tensor {p.name}"
     default = f"={p.default!r}" if with_default and p.default is not None else ""
+    if default and math.isinf(p.default):   # a schema has no infinity: None stands for it
+        return f"float? {p.name}=None"
     return f"{SCALAR_TYPES.get(p.dtype, 'float')} {p.name}{default}"
 
 
@@ -101,6 +105,8 @@ def _arguments(entry: _Entry, qualname: str, args: tuple) -> tuple[list, list, t
     # The dispatcher leaves out trailing arguments equal to their defaults.
     args = tuple(args) + tuple(p.default for p in fn.params[len(args):])
     for p, value in zip(fn.params, args):
+        if p.kind == "scalar" and value is None and p.default is not None:
+            value = p.default      # an infinite default (see _param_schema)
         if p.kind == "scalar":
             symbolic = isinstance(value, (torch.SymInt, torch.SymFloat))
             scalars.append(value if symbolic else fn._scalar(p, value))
