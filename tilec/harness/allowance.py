@@ -73,6 +73,8 @@ UNARY: dict[str, Spread] = {
     "gelu_tanh": _slope(1.13),
     "sin": _slope(1.0),
     "cos": _slope(1.0),
+    "erf": _slope(1.13),         # max of erf' is 2 / sqrt(pi) = 1.1284
+    "round": lambda x, d: np.abs(np.rint(x + d) - np.rint(x - d)),   # the steps crossed
 }
 """Per unary built-in: a bound on ``|f(x') - f(x)|`` for ``|x' - x| <= d``, given (x, d).  A
 new unary built-in adds its row here (test_op_facts fails until it does)."""
