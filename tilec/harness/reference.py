@@ -596,6 +596,10 @@ def _matmul_allowance(ev: _Interpreter, op: Any, xs: list[np.ndarray], ds: list[
 _ALLOWANCE: dict[str, AllowanceRule] = {
     **{f"tile.{name}": _elementwise_allowance(name) for name in {**UNARY, **BINARY}},
     "tile.constant": lambda ev, op, xs, ds, out: np.zeros(np.shape(out)),
+    # integers made exactly: indices, dimensions, and argmax/argmin's index (exact, as
+    # integer results are)
+    **{f"tile.{name}": lambda ev, op, xs, ds, out: np.zeros(np.shape(out))
+       for name in ("iota", "dim", "arg_reduce")},
     **{f"tile.{name}": _moved for name in ("broadcast", "slice", "concat", "reshape",
                                            "transpose")},
     "tile.cmp": _cmp_allowance,
