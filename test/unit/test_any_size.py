@@ -152,21 +152,39 @@ func t16(x: Tensor<float16>[n, m]) -> Tensor<float16>[m, n] {
 func t3(x: Tensor<float32>[b, n, m]) -> Tensor<float32>[b, m, n] {
   return transpose(x, [0, 2, 1]);
 }
+func h(x: Tensor<float16>[n, m]) -> Tensor<float16>[m, n] {
+  return transpose(x, [1, 0]);
+}
 """
 
 
 @pytest.mark.parametrize("target,opt", CONFIGS)
-@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (17, 33), (300, 129), (64, 1000)])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (17, 33), (300, 129), (64, 1000),
+                                   (9, 1030), (520, 23)])
 def test_transposes_walked_in_blocks_are_exact(target: str, opt: int, shape) -> None:
-    """The CPU walks these in 16 x 64 blocks: every size around and across a block."""
+    """The CPU walks t16 in 32 x 128 blocks, t32 and t3 in 1024 x 256 ones of 8 x 8 squares
+    (the 3-D one in runs of its grid's last dimension): every size around and across a
+    square and a block, and a run shorter than a block."""
     rng = np.random.default_rng(sum(shape))
     lib = tilec.compile_string(TRANSPOSES, "t.tile", target=target, opt_level=opt)
     x = rng.standard_normal(shape).astype(np.float32)
     assert np.array_equal(lib.t32(x), x.T)
     h = x.astype(np.float16)
     assert np.array_equal(lib.t16(h), h.T * np.float16(2))
+    assert np.array_equal(lib.h(h), h.T)
     x3 = rng.standard_normal((3, *shape)).astype(np.float32)
     assert np.array_equal(lib.t3(x3), x3.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (4100, 2050)])
+def test_big_transposes_stored_past_the_caches_are_exact(shape) -> None:
+    """Outputs of 32 MiB or more whose rows are whole cache lines (4096 floats) are stored
+    with non-temporal stores; rows of 4100 floats are not (each row's lines start elsewhere)."""
+    lib = tilec.compile_string(TRANSPOSES, "t.tile", target="cpu")
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    out = np.full(shape[::-1], np.nan, np.float32)
+    lib.t32(x, out=out)
+    assert np.array_equal(out, x.T)
 
 
 REDUCTIONS = """

@@ -30,7 +30,9 @@ A kernel whose tile parameters give a two-dimensional ``block`` (a layout change
 read an input across its last axis) walks its rows in blocks instead
 (:meth:`_Kernel._block_loop`): the store of each row writes only the block's range of elements, row after
 row, so that the input lines the block reads are used whole while they are in L1; there is no
-prefetch and no streaming.
+prefetch and no streaming.  A kernel that only moves data moves a block's rows together, in
+squares of registers (:mod:`.transpose`), with non-temporal stores into a big output
+(:meth:`_Kernel.store_squares`).
 
 Memory: before a row's passes, the contiguous input rows of the next grid point of the launch
 are prefetched into L2 (:meth:`_Kernel.prefetch_next_row`), so that their reads overlap this
@@ -62,6 +64,8 @@ from ..common.scalar import (Num, bitcast, const, f32, fabs, i16, i32, i64, inde
 from ..common.values import (LEAD, ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind,
                              concat_parts, numel, reindex, row_major)
 from . import mathlib
+from . import transpose
+from .transpose import transposable
 
 
 EPILOGUE = "__epilogue"   # the suffix of a gemm kernel's epilogue function
@@ -237,6 +241,12 @@ class _Kernel(RowLowering):
         # a gemm kernel's accumulator tile: (buffer, first row, its row stride)
         self.accumulator: Optional[tuple[ir.Value, Num, Num]] = None
         self.row: Optional[Num] = None            # the grid row being computed
+        # a kernel that only moves data, walked in squares of registers (:mod:`.transpose`),
+        # and while a square's rows are lowered, the range of elements they move so
+        self.square = bool(self.block[0]) and transposable(fn, self.grid)
+        self.square_span: Optional[tuple[Num, Num]] = None
+        self.square_rows: Optional[Num] = None
+        self.fenced = False     # whether the kernel ends with an sfence
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
@@ -264,7 +274,8 @@ class _Kernel(RowLowering):
                     self._row_loop(Num(row_begin), Num(row_end))
                 for k, pending in self.deferred.items():
                     self.stream_last_row(self.rows_out[k], pending)
-                if any(out.streams is not None for out in self.rows_out.values()):
+                if self.fenced or any(out.streams is not None
+                                      for out in self.rows_out.values()):
                     # non-temporal stores are weakly ordered: drain them before returning
                     llvm.call_intrinsic(None, "llvm.x86.sse.sfence", [], [], [])
                 for buf in self.deallocs:
@@ -355,15 +366,15 @@ class _Kernel(RowLowering):
 
     def _block_loop(self, row_begin: Num, row_end: Num) -> None:
         """Rows ``[row_begin, row_end)`` in the tile's two-dimensional blocks: for each
-        ``rows`` rows, ``elements`` of each row's one axis at a time, row after row, so that
-        the input lines a row reads across the grid serve the block's other rows while they
-        are in L1, and the block writes whole output lines."""
+        ``rows`` rows, ``elements`` of each row's one axis at a time, so that the input lines
+        a row reads across the grid serve the block's other rows while they are in L1, and
+        the block writes whole output lines (a kernel that only moves data does so in
+        squares of registers: :meth:`_square_part`)."""
         rows, elements = (const(index(), b) for b in self.block)
         store = next(op for op in self.fn.regions[0].blocks[0].operations
                      if op.operation.name == "tile.store_row")
         extents = [self.dim(grid_dim(g)) for g in self.grid]
         length = self.dim(tensor_info(store.operands[0].type).shape[0])
-        one = const(index(), 1)
         blocks = scf.ForOp(row_begin.value, row_end.value, rows.value)
         self.entry = ir.InsertionPoint(blocks.operation)
         with ir.InsertionPoint(blocks.body):
@@ -372,22 +383,129 @@ class _Kernel(RowLowering):
             parts = scf.ForOp(const(index(), 0).value, length.value, elements.value)
             with ir.InsertionPoint(parts.body):
                 lo = Num(parts.induction_variable)
-                self.element_range = (lo, (lo + elements).minimum(length))
-                each = scf.ForOp(first.value, last.value, one.value)
-                with ir.InsertionPoint(each.body):
-                    row = Num(each.induction_variable)
-                    self.coords = grid_point(row, extents) if len(extents) > 1 else [row]
-                    self.body()
-                    scf.YieldOp([])
+                span = (lo, (lo + elements).minimum(length))
+                if self.square:
+                    self._square_part(first, last, span, extents)
+                else:
+                    self._rows_of_block(first, last, span, extents)
                 scf.YieldOp([])
             scf.YieldOp([])
+
+    def _rows_of_block(self, first: Num, last: Num, span: tuple[Num, Num],
+                       extents: list[Num]) -> None:
+        """Rows ``[first, last)``, each storing the elements ``span`` of its row."""
+        self.element_range = span
+        each = scf.ForOp(first.value, last.value, const(index(), 1).value)
+        with ir.InsertionPoint(each.body):
+            row = Num(each.induction_variable)
+            self.coords = grid_point(row, extents) if len(extents) > 1 else [row]
+            self.body()
+            scf.YieldOp([])
         self.element_range = None
+
+    def _square_part(self, first: Num, last: Num, span: tuple[Num, Num],
+                     extents: list[Num]) -> None:
+        """Elements ``span`` of rows ``[first, last)`` of a kernel that only moves data, in
+        runs of rows consecutive along the grid's last dimension (so are their input
+        columns), each lowered from its first row's views (:meth:`store_squares`)."""
+        if len(extents) == 1:
+            self._squares_of_run(first, last, span, [first])
+            return
+        run = extents[-1]
+        one = const(index(), 1)
+        runs = scf.ForOp((first // run).value, ((last - 1) // run + 1).value, one.value)
+        with ir.InsertionPoint(runs.body):
+            q = Num(runs.induction_variable)
+            begin = (q * run).maximum(first)
+            self._squares_of_run(begin, ((q + 1) * run).minimum(last), span,
+                                 grid_point(begin, extents))
+            scf.YieldOp([])
+
+    def _squares_of_run(self, first: Num, last: Num, span: tuple[Num, Num],
+                        coords: list[Num]) -> None:
+        self.coords = coords
+        self.square_span = self.element_range = span
+        self.square_rows = last - first
+        self.body()
+        self.square_span = self.element_range = None
+
+    def store_squares(self, value: Lazy, dest: View) -> None:
+        """Elements ``square_span`` of ``square_rows`` rows from this one: ``value`` is this
+        row's view of the input, whose next rows start one element further on, ``dest`` its
+        row of the output, followed by the next rows'.  Strips of squares
+        (:mod:`.transpose`) where the input columns are whole aligned vectors and the
+        output rows whole cache lines, stored past the caches when the output is big
+        enough (:meth:`streams_squares`); the edges element by element."""
+        assert isinstance(value, View) and len(value.sizes) == 1
+        element = ELEMENT_BYTES[dest.storage]
+        n, width = transpose.TILE, transpose.strip(dest.storage)
+        lo, hi = self.square_span
+        count = self.square_rows
+        length = self.dim(dest.sizes[0])
+        source = Num(memref.extract_aligned_pointer_as_index(value.buffer))
+        target = Num(memref.extract_aligned_pointer_as_index(dest.buffer))
+        head = (((0 - (source + self.address(value, [lo]) * element))
+                 & (transpose.vector_bytes(dest.storage) - 1)) // element).minimum(count)
+        rows = (head, head + (count - head) // n * n)
+        skip = (((0 - (target + self.address(dest, [lo]) * element))
+                 & (transpose.LINE_BYTES - 1)) // element).minimum(hi - lo)
+        strips = (lo + skip, lo + skip + (hi - lo - skip) // width * width)
+        step = (self.dim(value.strides[0]) * element, length * element)
+        branch = scf.IfOp(self.streams_squares(dest, length).value, has_else=True)
+        for block, nontemporal in ((branch.then_block, True), (branch.else_block, False)):
+            with ir.InsertionPoint(block):
+                groups = scf.ForOp(rows[0].value, rows[1].value, const(index(), n).value)
+                with ir.InsertionPoint(groups.body):
+                    k = Num(groups.induction_variable)
+                    loop = scf.ForOp(strips[0].value, strips[1].value,
+                                     const(index(), width).value)
+                    with ir.InsertionPoint(loop.body):
+                        j = [Num(loop.induction_variable)]
+                        transpose.move_strip(
+                            source + (self.address(value, j) + k) * element, step[0],
+                            target + (self.address(dest, j) + k * length) * element, step[1],
+                            dest.storage, nontemporal)
+                        scf.YieldOp([])
+                    scf.YieldOp([])
+                scf.YieldOp([])
+        edges = [((const(index(), 0), head), (lo, hi)), ((rows[1], count), (lo, hi)),
+                 (rows, (lo, strips[0])), (rows, (strips[1], hi))]
+        for rows_, elements in edges:
+            self.copy_elements(value, dest, length, rows_, elements)
+
+    def streams_squares(self, dest: View, length: Num) -> Num:
+        """Whether the strips of a layout change go past the caches: an output of
+        STREAM_MIN_BYTES or more whose rows all start a cache line where the first does."""
+        element = ELEMENT_BYTES[dest.storage]
+        with self.entry:
+            size = Num(memref.dim(dest.buffer, const(index(), 0).value)) * element
+            self.fenced = True
+            return size.ge(STREAM_MIN_BYTES) & ((length * element)
+                                                & (transpose.LINE_BYTES - 1)).eq(0)
+
+    def copy_elements(self, value: View, dest: View, length: Num, rows: tuple[Num, Num],
+                      elements: tuple[Num, Num]) -> None:
+        """Elements ``elements`` of rows ``rows`` (counted from this one) of a layout change,
+        one at a time (:meth:`store_squares`)."""
+        with ExitStack() as stack:
+            ivs = []
+            for lo, hi in (rows, elements):
+                loop = scf.ForOp(lo.value, hi.value, const(index(), 1).value)
+                stack.enter_context(ir.InsertionPoint(loop.body))
+                stack.callback(scf.YieldOp, [])
+                ivs.append(Num(loop.induction_variable))
+            k, j = ivs
+            element = memref.load(value.buffer, [(self.address(value, [j]) + k).value])
+            memref.store(element, dest.buffer, [(self.address(dest, [j]) + k * length).value])
 
     def store_row(self, op: Any) -> None:
         value = self.lazy(op.operands[0])
         if self.element_range is not None:
             dest = self.global_row(op, self.out_buffers[self.output_number(op)],
                                    self.outputs[self.output_number(op)])
+            if self.square_span is not None:
+                self.store_squares(value, dest)
+                return
             lo, hi = self.element_range
             loop = scf.ForOp(lo.value, hi.value, const(index(), 1).value)
             with ir.InsertionPoint(loop.body):
