@@ -187,6 +187,39 @@ def test_big_transposes_stored_past_the_caches_are_exact(shape) -> None:
     assert np.array_equal(out, x.T)
 
 
+SPLITS = """
+func colsum(x: Tensor<float32>[n, d]) -> Tensor<float32>[d] {
+  return reduce_sum(x, axes=[0], keepdims=false);
+}
+func colmax(x: Tensor<float32>[n, d]) -> Tensor<float32>[1, d] {
+  return reduce_max(x, axes=[0]) - reduce_min(x, axes=[0, 1]);
+}
+func colmin(x: Tensor<float16>[n, d]) -> Tensor<float16>[1, d] {
+  return reduce_min(x, axes=[0]);
+}
+func scaled_mean(x: Tensor<float32>[n, b, d], y: Tensor<float32>[n, b, d]) -> Tensor<float32>[1, 1, d] {
+  return exp(reduce_mean(x * y, axes=[0, 1], keepdims=true)) + 1.0;
+}
+func total(x: Tensor<float32>[n]) -> float32 {
+  return reduce_sum(x, axes=[0], keepdims=false);
+}
+"""
+
+
+@pytest.mark.parametrize("target,opt", CONFIGS)
+@pytest.mark.parametrize("n", [1, 7, 127, 1000])
+def test_reductions_split_across_tiles_agree(target: str, opt: int, n: int) -> None:
+    """Reductions over a leading axis, which the CPU splits into tiles of at least 16 rows
+    (at most 32 tiles): fewer rows than a tile, a short last tile, many tiles; with a
+    prologue, an epilogue, keepdims, max/min, float16, a mean over two axes, a scalar."""
+    x = positive((n, 33), n)
+    agrees(SPLITS, "colsum", [x], target, opt)
+    agrees(SPLITS, "colmax", [x], target, opt)
+    agrees(SPLITS, "colmin", [x.astype(np.float16)], target, opt)
+    agrees(SPLITS, "scaled_mean", [positive((n, 3, 5), 1), positive((n, 3, 5), 2)], target, opt)
+    agrees(SPLITS, "total", [x[:, 0].copy()], target, opt)
+
+
 REDUCTIONS = """
 func colsum(x: Tensor<float32>[n, d]) -> Tensor<float32>[d] {
   return reduce_sum(x, axes=[0], keepdims=false);
@@ -200,19 +233,25 @@ func total(x: Tensor<float32>[n, d]) -> float32 {
 func tr(x: Tensor<float32>[n, d]) -> Tensor<float32>[d, n] {
   return transpose(x, [1, 0]);
 }
+func mean3(x: Tensor<float32>[n, d]) -> Tensor<float32>[1, 1] {
+  return reduce_mean(x * x, axes=[0, 1]) * 2.0;
+}
 """
 _RUN_WITH_THREADS = """
 import sys, numpy as np, tilec
 lib = tilec.load(sys.argv[1])
 x = np.random.default_rng(8).standard_normal((2048, 1537)).astype(np.float32)
 var, soft = lib.rowstats(x)
-np.savez(sys.argv[2], colsum=lib.colsum(x), var=var, soft=soft, total=lib.total(x), tr=lib.tr(x))
+np.savez(sys.argv[2], colsum=lib.colsum(x), var=var, soft=soft, total=lib.total(x), tr=lib.tr(x),
+         mean3=lib.mean3(x))
 """
 
 
 def test_one_thread_and_all_threads_give_identical_bits(tmp_path) -> None:
     """Reductions over leading and trailing axes, and a blocked transpose: every element is
-    computed by one row of the grid in a fixed order, whichever thread runs it."""
+    computed by one row of the grid in a fixed order, whichever thread runs it; a reduction
+    over the leading axis in a fixed number of tiles, whose partial results are combined in
+    tile order."""
     source = tmp_path / "r.tile"
     source.write_text(REDUCTIONS)
     lib = tmp_path / "r.so"
@@ -224,5 +263,5 @@ def test_one_thread_and_all_threads_give_identical_bits(tmp_path) -> None:
         subprocess.run([sys.executable, "-c", _RUN_WITH_THREADS, str(lib), str(out)],
                        env=env, check=True)
         results[threads] = np.load(out)
-    for name in ("colsum", "var", "soft", "total", "tr"):
+    for name in ("colsum", "var", "soft", "total", "tr", "mean3"):
         assert results["1"][name].tobytes() == results["4"][name].tobytes(), name

@@ -41,10 +41,11 @@ from ..dialect import FUSED_ATTR, KERNEL_ATTR
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..dialect.types import TensorInfo, stored_dtype, tensor_info
-from ..dims import ELLIPSIS, parse_dim
+from ..dims import ELLIPSIS, Dim, parse_dim
 from ..mlir import func, ir
 from ..pipeline import PassContext, option, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
+from ..tiling.split import split_reduction
 from ..tiling.targets import TARGETS, TargetDesc
 from ..tiling.gemm import gemm_operands
 from ..tiling.tiler import Buffer, layout_block, parse_gemm_override, plan_gemm, plan_row_tiles
@@ -196,8 +197,9 @@ def kernelize(fn: Any, target: TargetDesc, wide: "Widened | None" = None,
     ret.erase()
     for op in reversed(ops):
         op.erase()
+    split = split_reduction(block) if target.splits_reductions and not plan.grid else None
     with fn.location:
-        _annotate(fn, plan, buffers, target, block_shape, gemm)
+        _annotate(fn, plan, buffers, target, block_shape, gemm, split)
 
 
 def _reads_across_rows(plan: RowPlan, arg: Any) -> bool:
@@ -224,9 +226,11 @@ def _symbols(fn: Any) -> list[str]:
 
 
 def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc,
-              block: tuple[int, int], gemm: Optional[tuple[int, int, int]]) -> None:
+              block: tuple[int, int], gemm: Optional[tuple[int, int, int]],
+              split: tuple[Dim, Dim] | None) -> None:
     name = ir.StringAttr(fn.attributes["sym_name"]).value
-    params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target, block)
+    params = plan_row_tiles(name, span_of(fn.location), plan.grid, buffers, target, block,
+                            split)
     operands = gemm_operands(fn, tuple(plan.grid)) if target.gemm is not None else None
     if operands is not None:
         params = plan_gemm(params, operands, target, gemm)

@@ -50,6 +50,8 @@ class TargetDesc:
     # a matmul kernel reads a transposed or batch-broadcast weight in place (tile-fuse's
     # weight-views); the backends that still lower matmul row by row copy it first
     weight_views: bool = False
+    # an empty grid's reduction over a leading axis is split across tiles (.split)
+    splits_reductions: bool = False
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -62,7 +64,7 @@ TARGETS: dict[str, TargetDesc] = {
                       gemm=GemmDesc(micro=((6, 16), (14, 32)), stages=1, staging="packed",
                                     small_m=16, staged_bytes=4,
                                     caches=(48 << 10, 1 << 20, 4 << 20)),
-                      weight_views=True),
+                      weight_views=True, splits_reductions=True),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
                          alignment=32, double_buffer=True,

@@ -116,10 +116,21 @@ class TileParams:
     # rows of one block's elements read together; (0, 0): row after row
     block: tuple[int, int] = (0, 0)
     gemm: Optional[GemmTile] = None   # the matmul schedule (``schedule == "gemm"``)
+    # a reduction over a leading axis (an empty grid) split into at most ``split`` tiles of
+    # ``split_rows`` (its extent), each leaving ``split_width`` partial results; 0: none
+    split: int = 0
+    split_rows: Dim = Dim.const(0)
+    split_width: Dim = Dim.const(0)
 
     def attributes(self) -> dict[str, ir.Attribute]:
         i64 = ir.IntegerType.get_signless(64)
         extra = {"gemm": self.gemm.attributes()} if self.gemm is not None else {}
+        if self.split:
+            extra.update({
+                "split": ir.IntegerAttr.get(i64, self.split),
+                "split_rows": ir.StringAttr.get(str(self.split_rows)),
+                "split_width": ir.StringAttr.get(str(self.split_width)),
+            })
         return {
             **extra,
             "schedule": ir.StringAttr.get(self.schedule),
@@ -142,7 +153,11 @@ class TileParams:
             ir.IntegerAttr(kernel["tile_rows"]).value,
             ir.BoolAttr(kernel["streamed"]).value,
             tuple(ir.DenseI64ArrayAttr(kernel["block"])),
-            GemmTile.of(kernel["gemm"]) if "gemm" in kernel else None)
+            GemmTile.of(kernel["gemm"]) if "gemm" in kernel else None,
+            *((ir.IntegerAttr(kernel["split"]).value,
+               parse_dim(ir.StringAttr(kernel["split_rows"]).value),
+               parse_dim(ir.StringAttr(kernel["split_width"]).value))
+              if "split" in kernel else ()))
 
 
 def _total(buffers: Sequence[Buffer], align: int) -> Dim:
@@ -188,7 +203,8 @@ ROW_BOUND_OPS = frozenset({"tile.reduce", "tile.softmax", "tile.matmul", "tile.c
 
 
 def plan_row_tiles(name: str, span: Span | None, grid: Sequence[Any], buffers: Sequence[Buffer],
-                   target: TargetDesc, block: tuple[int, int] = (0, 0)) -> TileParams:
+                   target: TargetDesc, block: tuple[int, int] = (0, 0),
+                   split: tuple[Dim, Dim] | None = None) -> TileParams:
     """The ``rows`` schedule of kernel ``name`` over ``grid`` with these row buffers; a
     located error when the buffers the target holds whole cannot fit its local memory."""
     row_bytes = _total(buffers, target.alignment)
@@ -206,7 +222,7 @@ def plan_row_tiles(name: str, span: Span | None, grid: Sequence[Any], buffers: S
         tile_rows = max(1, min(target.max_tile_rows,
                                target.local_bytes // max(row_bytes.value, 1)))
     return TileParams(ROWS, tuple(str(g) for g in grid), row_bytes, whole_bytes, tile_rows,
-                      streamed, block)
+                      streamed, block, None, *((SPLIT_TILES, *split) if split else ()))
 
 
 @dataclass(frozen=True)
@@ -265,3 +281,10 @@ def plan_gemm(rows: TileParams, operands: GemmOperands, target: TargetDesc,
     tile = GemmTile(tile_m, tile_n, block_k, desc.stages, desc.staging, micro, desc.small_m,
                     operands.lhs, operands.rhs, operands.transpose_b, operands.broadcast_b)
     return dataclasses.replace(rows, schedule=GEMM, gemm=tile)
+
+
+# the most tiles a split reduction takes: a fixed count, so that its partial results, and the
+# order they are combined in, do not depend on the threads that compute them
+SPLIT_TILES = 32
+# the fewest rows of the reduced axis in a tile (fewer tiles where the axis is short)
+SPLIT_MIN_ROWS = 16

@@ -274,7 +274,9 @@ def _kernels(module: Any) -> dict[str, Kernel]:
     out: dict[str, Kernel] = {}
     for name, fn in functions_of(module).items():
         if KERNEL_ATTR in fn.attributes:
-            buffers = len(fn.type.inputs) + len(fn.type.results)
+            # a split reduction's kernel also takes its workspace
+            split = "split" in ir.DictAttr(fn.attributes[KERNEL_ATTR])
+            buffers = len(fn.type.inputs) + len(fn.type.results) + split
             out[name] = Kernel(len(out), f"_mlir_ciface_{name}", buffers,
                                gemm=_gemm_launch(fn))
     return out

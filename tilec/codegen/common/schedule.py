@@ -35,6 +35,7 @@ from ...dialect import (BUFFERS_ATTR, ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, RE
 from ...dialect.locations import span_of
 from ...dims import ELLIPSIS, Dim, parse_dim
 from ...mlir import ir
+from ...tiling.tiler import SPLIT_MIN_ROWS
 
 STORAGE_C = {"float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "int32": "int32_t"}
 ONE = "INT64_C(1)"
@@ -128,6 +129,9 @@ class Launch:
     frees: list[int]                     # slots whose last reader this is
     shared: str = "0"                    # ptx: C expressions of Kernel.shared, .row_elements
     row_elements: str = "1"
+    # cpu, a split reduction: C expressions of its tile count and partial results per tile
+    # (the rows are the tiles, then one more that combines them, with a workspace memref)
+    split: tuple[str, str] | None = None
 
 
 @dataclass
@@ -366,11 +370,20 @@ class ImplBuilder:
         rank_generic = any(tensor_info(t).rank_generic
                            for t in list(kernel_fn.type.inputs) + list(kernel_fn.type.results))
         kernel = self.kernels[name]
+        split = None
+        if "split" in attrs:
+            extent = self.dim(parse_dim(ir.StringAttr(attrs["split_rows"]).value),
+                              f"the reduced axis of kernel '{name}'")
+            width = self.dim(parse_dim(ir.StringAttr(attrs["split_width"]).value),
+                             f"a partial result of kernel '{name}'")
+            tiles = f"tilec_split_tiles({extent}, {ir.IntegerAttr(attrs['split']).value}, " \
+                    f"{SPLIT_MIN_ROWS})"
+            split = (tiles, width)
         return Launch(kernel, allocs, staged, memrefs,
                       [self.sym(s) for s in strings(attrs["symbols"])], rank_generic, ready,
                       rows, traffic or "INT64_C(0)", frees,
                       self.dim(kernel.shared, f"the shared memory of kernel '{name}'"),
-                      self.dim(kernel.row_elements, f"a row of kernel '{name}'"))
+                      self.dim(kernel.row_elements, f"a row of kernel '{name}'"), split)
 
     def copy_results(self, results: list[Any], placed: set[int], where: dict,
                      scalar: dict) -> None:

@@ -52,9 +52,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...dialect import ELEMENT_BYTES, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR
 from ...dialect.types import FLOAT_DTYPES, TensorInfo, tensor_info
-from ...dims import Dim
+from ...dims import Dim, parse_dim
 from ...mlir import arith, func, ir, llvm, memref, scf
-from ...tiling.tiler import GemmTile, TileParams
+from ...tiling.tiler import SPLIT_MIN_ROWS, GemmTile, TileParams
 from ..common.layout import grid_dim, shape_of
 from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
                            grid_point, kernel_target, narrow, next_grid_point, reduced_sizes,
@@ -247,6 +247,16 @@ class _Kernel(RowLowering):
         self.square_span: Optional[tuple[Num, Num]] = None
         self.square_rows: Optional[Num] = None
         self.fenced = False     # whether the kernel ends with an sfence
+        # a split reduction (:mod:`tilec.tiling.split`): the most tiles, the reduced extent, the
+        # elements of a partial result; while a row is lowered, "tile" (with the tile's
+        # number and rows) or "combine"
+        self.split = ir.IntegerAttr(kernel["split"]).value if "split" in kernel else 0
+        self.split_dims = tuple(parse_dim(ir.StringAttr(kernel[k]).value)
+                                for k in ("split_rows", "split_width")) if self.split else ()
+        self.split_mode: Optional[str] = None
+        self.tile: Optional[tuple[Num, Num, Num]] = None
+        self.tiles: Optional[Num] = None
+        self.workspace: Optional[ir.Value] = None
 
     # -- function frame -------------------------------------------------------------------------
     def build(self) -> None:
@@ -255,6 +265,8 @@ class _Kernel(RowLowering):
         if self.epilogue:
             self.build_epilogue(buffers, dims_type)
             return
+        if self.split:
+            buffers.append(_memref("float32"))
         ftype = ir.FunctionType.get(buffers + [dims_type, index(), index()], [])
         with self.fn.location:
             fn = func.FuncOp(self.name, ftype)
@@ -264,12 +276,16 @@ class _Kernel(RowLowering):
             n_in = len(self.inputs)
             self.arg_buffers = args[:n_in]
             self.out_buffers = args[n_in:n_in + len(self.outputs)]
+            if self.split:
+                self.workspace = args[n_in + len(self.outputs)]
             dims_buffer, row_begin, row_end = args[-3:]
             with ir.InsertionPoint(block):
                 self.entry = ir.InsertionPoint(block)
                 self._bind_symbols(dims_buffer)
                 if self.block[0]:
                     self._block_loop(Num(row_begin), Num(row_end))
+                elif self.split:
+                    self._split_loop(Num(row_begin), Num(row_end))
                 else:
                     self._row_loop(Num(row_begin), Num(row_end))
                 for k, pending in self.deferred.items():
@@ -363,6 +379,30 @@ class _Kernel(RowLowering):
             self.row_in_launch = row - row_begin
             self.body()
             scf.YieldOp([c.value for c in self.next_coords] if carried else [])
+
+    def _split_loop(self, row_begin: Num, row_end: Num) -> None:
+        """Rows ``[row_begin, row_end)`` of a split reduction: row ``t`` below the tile count
+        reduces tile ``t``'s rows of the reduced axis into its partial results in the
+        workspace (:meth:`partial_reduction`); the row after the tiles combines them in
+        tile order and computes the rest of the kernel (:meth:`combined_partials`).  The
+        tiles are those of ``tilec_split_tiles`` in the host."""
+        loop = scf.ForOp(row_begin.value, row_end.value, const(index(), 1).value)
+        self.entry = ir.InsertionPoint(loop.operation)
+        extent = self.dim(self.split_dims[0])
+        with self.entry:
+            rows = ((extent + (self.split - 1)) // self.split).maximum(SPLIT_MIN_ROWS)
+            self.tiles = ((extent + rows - 1) // rows).maximum(1)
+        with ir.InsertionPoint(loop.body):
+            t = Num(loop.induction_variable)
+            branch = scf.IfOp(t.lt(self.tiles).value, has_else=True)
+            for block, mode in ((branch.then_block, "tile"), (branch.else_block, "combine")):
+                with ir.InsertionPoint(block):
+                    self.split_mode, self.tile = mode, (t, t * rows, (t * rows + rows).minimum(extent))
+                    self.reductions.clear()
+                    self.body()
+                    scf.YieldOp([])
+            scf.YieldOp([])
+        self.split_mode = None
 
     def _block_loop(self, row_begin: Num, row_end: Num) -> None:
         """Rows ``[row_begin, row_end)`` in the tile's two-dimensional blocks: for each
@@ -499,6 +539,8 @@ class _Kernel(RowLowering):
             memref.store(element, dest.buffer, [(self.address(dest, [j]) + k * length).value])
 
     def store_row(self, op: Any) -> None:
+        if self.split_mode == "tile":     # a tile leaves partial results only
+            return
         value = self.lazy(op.operands[0])
         if self.element_range is not None:
             dest = self.global_row(op, self.out_buffers[self.output_number(op)],
@@ -744,13 +786,76 @@ class _Kernel(RowLowering):
 
     def full_reduction(self, x: Lazy, axes: list[int], kind: str, keepdims: bool) -> Lazy:
         combine, identity = _COMBINERS[kind]
-        total = self.combine_over(x, axes, combine, identity, keepdims)
+        if self.split_mode == "tile":
+            self.partial_reduction(x, axes, combine, identity)
+            return Splat(const(f32(), identity), reduced_sizes(x.sizes, axes, keepdims),
+                         x.dtype)
+        if self.split_mode == "combine":
+            total = self.combined_partials(x, axes, combine, identity, keepdims)
+        else:
+            total = self.combine_over(x, axes, combine, identity, keepdims)
         if kind != "mean":
             return total
         scale = self.reciprocal_count(x.sizes, axes)
         if isinstance(total, Splat):
             return Splat(total.value * scale, total.sizes, x.dtype)
         return Map("mul", (total, Splat(scale, (), x.dtype)), total.sizes, x.dtype)
+
+    def partials(self, tile: Num, sizes: Sequence[Dim], dtype: str) -> View:
+        """The partial results of tile number ``tile`` in the workspace."""
+        base = tile * self.dim(self.split_dims[1])
+        return View(self.workspace, "float32", base, ZERO, tuple(sizes), row_major(sizes), dtype)
+
+    def partial_reduction(self, x: Lazy, axes: list[int], combine: Callable[[Num, Num], Num],
+                          identity: float) -> None:
+        """``combine`` over ``axes`` (axis 0 among them) of this tile's rows of ``x`` into its
+        partial results: rows in order, the axes after the last kept one in registers."""
+        kept = [a for a in range(len(x.sizes)) if a not in axes]
+        t, lo, hi = self.tile
+        acc = self.partials(t, [x.sizes[a] for a in kept], x.dtype)
+        init = const(f32(), identity)
+        with self.loops(acc.sizes) as ivs:
+            self.store(init, acc, ivs)
+        last = kept[-1] + 1 if kept else 1
+        rows = scf.ForOp(lo.value, hi.value, const(index(), 1).value)
+        with ir.InsertionPoint(rows.body):
+            with self.loops(x.sizes[1:last]) as middle:
+                outer = [Num(rows.induction_variable)] + middle
+                kept_ivs = [outer[a] for a in kept]
+                total = self.fold(x.sizes[last:], self.load(acc, kept_ivs, {}),
+                                  lambda inner, a: combine(a, self.load(x, outer + inner, {})))
+                self.store(total, acc, kept_ivs)
+            scf.YieldOp([])
+
+    def combined_partials(self, x: Lazy, axes: list[int], combine: Callable[[Num, Num], Num],
+                          identity: float, keepdims: bool) -> Lazy:
+        """The reduction of ``x`` from the tiles' partial results, combined in tile order: a
+        Splat when one element results, else a view of scratch (as :meth:`combine_over`)."""
+        kept = [a for a in range(len(x.sizes)) if a not in axes]
+        sizes = [x.sizes[a] for a in kept]
+        out_sizes = reduced_sizes(x.sizes, axes, keepdims)
+        init = const(f32(), identity)
+        tiles = scf.ForOp(const(index(), 0).value, self.tiles.value, const(index(), 1).value,
+                          [init.value])
+        if all(d == ONE for d in sizes):
+            with ir.InsertionPoint(tiles.body):
+                part = self.partials(Num(tiles.induction_variable), sizes, x.dtype)
+                zeros = [const(index(), 0)] * len(sizes)
+                scf.YieldOp([combine(Num(tiles.inner_iter_args[0]),
+                                     self.load(part, zeros, {})).value])
+            return Splat(Num(tiles.results[0]), out_sizes, x.dtype)
+        acc = self.scratch(sizes, x.dtype)
+        with ir.InsertionPoint(tiles.operation):
+            with self.loops(sizes) as ivs:
+                self.store(init, acc, ivs)
+        with ir.InsertionPoint(tiles.body):
+            part = self.partials(Num(tiles.induction_variable), sizes, x.dtype)
+            with self.loops(sizes) as ivs:
+                self.store(combine(self.load(acc, ivs, {}), self.load(part, ivs, {})), acc, ivs)
+            scf.YieldOp([tiles.inner_iter_args[0]])
+        source = [kept.index(a) if a in kept else None for a in range(len(x.sizes))
+                  if keepdims or a not in axes]
+        return reindex(acc, out_sizes, source)
 
     def combine_over(self, x: Lazy, axes: list[int], combine: Callable[[Num, Num], Num],
                      identity: float, keepdims: bool, copy_to: Optional[View] = None) -> Lazy:
