@@ -812,7 +812,9 @@ class _Kernel(RowLowering):
         partial results: rows in order, the axes after the last kept one in registers."""
         kept = [a for a in range(len(x.sizes)) if a not in axes]
         t, lo, hi = self.tile
-        acc = self.partials(t, [x.sizes[a] for a in kept], x.dtype)
+        sizes = [x.sizes[a] for a in kept]
+        # accumulated in scratch, which LLVM knows to be aligned and apart from x, then copied
+        acc = self.scratch(sizes, x.dtype)
         init = const(f32(), identity)
         with self.loops(acc.sizes) as ivs:
             self.store(init, acc, ivs)
@@ -826,6 +828,7 @@ class _Kernel(RowLowering):
                                   lambda inner, a: combine(a, self.load(x, outer + inner, {})))
                 self.store(total, acc, kept_ivs)
             scf.YieldOp([])
+        self.write(acc, self.partials(t, sizes, x.dtype))
 
     def combined_partials(self, x: Lazy, axes: list[int], combine: Callable[[Num, Num], Num],
                           identity: float, keepdims: bool) -> Lazy:
