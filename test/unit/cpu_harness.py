@@ -20,6 +20,7 @@ from tilec.frontend import compile_source
 from tilec.harness.numerics import NUMPY_DTYPES, assert_close
 from tilec.harness.reference import bind_shapes, find_function, run
 from tilec.pipeline import parse_pipeline, run_pipeline
+from tilec.tiling.tiler import SPLIT_MIN_ROWS
 
 
 class MemRef1D(ctypes.Structure):
@@ -78,9 +79,19 @@ def call(built: Built, name: str, args: list[Any], outputs: list[np.ndarray],
     for g in sig.grid:
         rows *= math.prod(binding.lead) if g == ELLIPSIS else \
             int(parse_dim(g).evaluate(binding.symbols))
-    descriptors = [_descriptor(b) for b in buffers + outputs + [dims_buffer]]
+    workspace = []
+    if sig.split:     # the tiles (as tilec_split_tiles), then the row that combines them
+        most, extent, width = sig.split
+        n = int(parse_dim(extent).evaluate(binding.symbols))
+        tile_rows = max(-(-n // most), SPLIT_MIN_ROWS)
+        rows = max(-(-n // tile_rows), 1)
+        workspace = [np.zeros(rows * int(parse_dim(width).evaluate(binding.symbols)) or 1,
+                              np.float32)]
+    descriptors = [_descriptor(b) for b in buffers + outputs + workspace + [dims_buffer]]
     entry = getattr(built.library, sig.c_symbol)
     bounds = np.linspace(0, rows, pieces + 1).astype(np.int64)
+    if sig.split:
+        bounds = np.append(bounds, rows + 1)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         entry(*[ctypes.byref(d) for d in descriptors], ctypes.c_int64(lo), ctypes.c_int64(hi))
 

@@ -82,6 +82,10 @@ class KernelSignature:
     rank_generic: bool           # whether ``dims`` continues with n and the ``...`` extents
     grid: tuple[str, ...]        # the grid's dimensions ("..." for the leading extents)
     gemm: Optional[GemmTile] = None   # the matmul schedule: the function is its epilogue
+    # a split reduction: (the most tiles, the reduced extent, elements of a partial result);
+    # the kernel then takes a float32 workspace after its results, and its rows are the
+    # tiles, then one that combines them
+    split: tuple[int, str, str] = ()
 
     @property
     def c_symbol(self) -> str:
@@ -222,7 +226,8 @@ class _Kernel(RowLowering):
         self.signature = KernelSignature(
             self.name, tuple(argument_storage(i) for i in self.inputs),
             tuple(i.dtype for i in self.outputs), tuple(self.symbols), self.rank_generic,
-            tuple(self.grid), TileParams.of(fn.attributes[KERNEL_ATTR]).gemm)
+            tuple(self.grid), TileParams.of(fn.attributes[KERNEL_ATTR]).gemm,
+            _split_of(ir.DictAttr(fn.attributes[KERNEL_ATTR])))
         self.deallocs: list[ir.Value] = []
         self.rows_out: dict[int, _RowOut] = {}    # output number -> where its row goes
         self.next_coords: list[Num] = []          # the grid point after ``coords``
@@ -397,7 +402,8 @@ class _Kernel(RowLowering):
             branch = scf.IfOp(t.lt(self.tiles).value, has_else=True)
             for block, mode in ((branch.then_block, "tile"), (branch.else_block, "combine")):
                 with ir.InsertionPoint(block):
-                    self.split_mode, self.tile = mode, (t, t * rows, (t * rows + rows).minimum(extent))
+                    self.split_mode = mode
+                    self.tile = (t, t * rows, (t * rows + rows).minimum(extent))
                     self.reductions.clear()
                     self.body()
                     scf.YieldOp([])
@@ -1079,6 +1085,13 @@ class _Kernel(RowLowering):
         info = self.result_info(op)
         base = (self.row - first) * ld - self.element_range[0]
         return View(acc, "float32", base, Dim.const(0), shape_of(info), (ONE,), info.dtype)
+
+
+def _split_of(kernel: Any) -> tuple[int, str, str]:
+    if "split" not in kernel:
+        return ()
+    return (ir.IntegerAttr(kernel["split"]).value, ir.StringAttr(kernel["split_rows"]).value,
+            ir.StringAttr(kernel["split_width"]).value)
 
 
 def _only_user(value: Any) -> Optional[Any]:
