@@ -153,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cache_main(argv[1:])
     if argv[:1] == ["bench"]:
         return bench_main(argv[1:])
+    if argv[:1] == ["fuzz"]:
+        return fuzz_main(argv[1:])
 
     def run() -> int:
         args = _compile_parser().parse_args(argv)
@@ -244,6 +246,50 @@ def verify_main(argv: Sequence[str]) -> int:
                         max_elements=args.max_elements, seed=args.seed, out=sys.stdout,
                         progress=sys.stderr)
         return 130 if report.interrupted else 0 if report.ok else 1
+
+    return _guarded(run)
+
+
+def _fuzz_parser() -> argparse.ArgumentParser:
+    from .fuzz.oracles import TARGETS
+
+    p = _Parser(prog="tilec fuzz", description="Differential fuzzing: random well-typed "
+                "programs, each built for every target and run against the reference "
+                "interpreter (and -O0 against -O2, a cache hit against a fresh build, one "
+                "thread against all); failures are reduced and written to --out.")
+    p.add_argument("--count", type=int, default=100, help="programs to run (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="program i of seed S is always the "
+                   "same program (default 0)")
+    p.add_argument("--target", default="cpu", metavar="T,...",
+                   help=f"comma-separated, of {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--out", default="fuzz-failures", metavar="DIR",
+                   help="where the reduced failures go (default fuzz-failures)")
+    return p
+
+
+def fuzz_main(argv: Sequence[str]) -> int:
+    """``tilec fuzz``: exit 0 when every program agreed on every oracle, else 1."""
+    def run() -> int:
+        from .fuzz.oracles import TARGETS
+        from .fuzz.run import fuzz
+
+        p = _fuzz_parser()
+        args = p.parse_args(argv)
+        targets = [t for t in args.target.split(",") if t]
+        unknown = [t for t in targets if t not in TARGETS]
+        if unknown or not targets:
+            p.error(f"unknown target '{unknown[0] if unknown else ''}'; "
+                    f"choose from {', '.join(TARGETS)}")
+        if args.count < 0 or args.jobs < 1:
+            p.error("--count must be >= 0 and --jobs >= 1")
+        summary = fuzz(args.count, args.seed, targets, jobs=args.jobs, out=Path(args.out),
+                       progress=sys.stderr)
+        for line in summary.lines():
+            print(line)
+        if summary.unique:
+            print(f"reduced failures written to {args.out}/")
+        return 130 if summary.interrupted else 0 if summary.ok else 1
 
     return _guarded(run)
 

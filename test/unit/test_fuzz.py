@@ -1,0 +1,130 @@
+"""``tilec fuzz``: the generator, the oracles, the reducer, the command, and the CI smoke.
+
+The smoke (marked ``fuzz``; ``pytest -m fuzz`` selects it) runs a fixed-seed slice of the
+programs on ``cpu`` and ``ascend-sim``; ``--fuzz-smoke`` runs the CI figure (100 programs on
+cpu, 20 on ascend-sim), which takes minutes on two cores.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilec.cli import main
+from tilec.dialect.ops import BINARY_OPS, REDUCE_KINDS, UNARY_OPS
+from tilec.frontend import compile_source
+from tilec.fuzz import oracles
+from tilec.fuzz.generate import generate
+from tilec.fuzz.oracles import Failure, check
+from tilec.fuzz.program import Program
+from tilec.fuzz.reduce import reduce
+from tilec.fuzz.run import COVERAGE, REQUIRED, Summary, fuzz
+
+SMOKE_SEED = 16
+GENERATED = 400
+
+
+@pytest.fixture(scope="module")
+def programs() -> list[Program]:
+    return [generate(7, i) for i in range(GENERATED)]
+
+
+def test_program_i_of_a_seed_is_always_the_same() -> None:
+    assert generate(3, 5).text() == generate(3, 5).text()
+    assert generate(3, 5).text() != generate(3, 6).text()
+    assert generate(3, 5).text() != generate(4, 5).text()
+
+
+def test_generated_programs_are_well_typed(programs: list[Program]) -> None:
+    for p in programs[:120]:
+        compile_source(p.text(), f"program{p.seed}.tile")   # raises TilecError otherwise
+
+
+def test_every_construct_in_enough_programs(programs: list[Program]) -> None:
+    summary = Summary()
+    for p in programs:
+        summary.constructs.update(p.all_constructs())
+        summary.count += 1
+    assert summary.uncovered() == [], summary.lines()
+    assert all(summary.constructs[c] >= COVERAGE * GENERATED for c in REQUIRED)
+
+
+def test_every_builtin_of_the_op_tables_is_generated(programs: list[Program]) -> None:
+    seen = set().union(*(p.all_constructs() for p in programs))
+    wanted = ({f"unary:{op}" for op in UNARY_OPS} | {f"binary:{op}" for op in BINARY_OPS}
+              | {f"reduce:{k}" for k in REDUCE_KINDS})
+    assert wanted - seen == set()
+
+
+def test_sizes_stay_modest(programs: list[Program]) -> None:
+    for p in programs[:100]:
+        for array in oracles.arguments(p).values():
+            assert np.size(array) <= 1 << 18
+            if isinstance(array, np.ndarray) and array.dtype.kind == "f":
+                assert np.all(np.abs(array.astype(np.float64)) <= 4.0)
+
+
+def test_a_wrong_library_is_caught_and_reduced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library whose output is perturbed (the driver's test_break) fails the reference
+    oracle, and the reducer keeps that failure while shrinking the program."""
+    build = oracles._build
+
+    def broken(text: str, target: str, cache: bool = True):
+        backend, level = oracles.TARGETS[target]
+        return oracles.compile_string(text, oracles.FILE, backend, opt_level=level,
+                                      cache=cache, test_break="main")
+
+    program = next(p for p in (generate(5, i) for i in range(50))
+                   if len(p.entry.body) >= 3 and p.entry.result_types[0].dtype == "float32")
+    monkeypatch.setattr(oracles, "_build", broken)
+    failures = [f for f in check(program, ["cpu"], extra=False) if f.oracle == "reference"]
+    assert failures, "the perturbed library was not caught"
+    small = reduce(program, failures[0], ["cpu"], max_runs=25)
+    assert len(small.entry.body) < len(program.entry.body)
+    monkeypatch.setattr(oracles, "_build", build)
+
+
+def test_the_reducer_drops_what_the_failure_does_not_need() -> None:
+    program = next(p for p in (generate(11, i) for i in range(200))
+                   if any("softmax" in s.template for s in p.entry.body)
+                   and len(p.entry.body) >= 4)
+    failure = Failure("reference", "cpu", "result 0: softmax is wrong")
+
+    def fails(p: Program) -> list[Failure]:
+        return [failure] if "softmax" in p.text() else []
+
+    small = reduce(program, failure, ["cpu"], fails=fails, max_runs=500)
+    assert "softmax" in small.text()
+    assert len(small.entry.body) < len(program.entry.body)
+    assert all(v <= 2 for v in small.sizes.values())
+
+
+def test_a_failure_is_written_reduced(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_check(p: Program, targets: list[str], extra: bool = True) -> list[Failure]:
+        return [Failure("crash", "cpu", "boom 3")] if len(p.entry.body) >= 1 else []
+
+    monkeypatch.setattr("tilec.fuzz.run.check_batch", lambda ps, t, fresh=True: [fake_check(p, t) for p in ps])
+    monkeypatch.setattr("tilec.fuzz.reduce.check", fake_check)
+    summary = fuzz(4, 1, ["cpu"], out=tmp_path)
+    assert summary.failed["crash/cpu"] == 4 and not summary.ok
+    written = sorted(tmp_path.glob("*.tile"))
+    assert written and all(f.read_text().startswith("// tilec fuzz --seed 1") for f in written)
+    assert all(f.read_text().count("let ") == 1 for f in written)   # reduced to one statement
+
+
+def test_unknown_target_is_a_diagnostic(capsys: pytest.CaptureFixture) -> None:
+    assert main(["fuzz", "--count", "1", "--target", "cpu,gpu"]) == 1
+    assert "unknown target 'gpu'" in capsys.readouterr().err
+
+
+@pytest.mark.fuzz
+def test_fuzz_smoke_cpu(request: pytest.FixtureRequest) -> None:
+    count = 100 if request.config.getoption("--fuzz-smoke") else 10
+    summary = fuzz(count, SMOKE_SEED, ["cpu"])
+    assert summary.ok, "\n".join(summary.lines() + [f.program for f in summary.unique.values()])
+
+
+@pytest.mark.fuzz
+def test_fuzz_smoke_ascend_sim(request: pytest.FixtureRequest) -> None:
+    count = 20 if request.config.getoption("--fuzz-smoke") else 3
+    summary = fuzz(count, SMOKE_SEED, ["ascend-sim"])
+    assert summary.ok, "\n".join(summary.lines() + [f.program for f in summary.unique.values()])
