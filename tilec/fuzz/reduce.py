@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from .oracles import Failure, check
-from .program import Function, Program
+from .program import Function, Param, Program, Stmt
 
 NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?|inf|nan")
 
@@ -42,6 +42,12 @@ def _rename(f: Function, old: str, new: str) -> Function:
     return dataclasses.replace(f, body=body, results=results)
 
 
+def _as_parameters(f: Function, s: Stmt) -> Function:
+    params = tuple(Param(n, t) for n, t in zip(s.names, s.types))
+    body = tuple(x for x in f.body if x is not s)
+    return dataclasses.replace(f, params=f.params + params, body=body)
+
+
 def candidates(program: Program) -> Iterator[Program]:
     f = program.entry
     for r in range(len(f.results)):
@@ -61,6 +67,8 @@ def candidates(program: Program) -> Iterator[Program]:
         for smaller in dict.fromkeys((1, 2, value // 2)):
             if smaller < value and smaller >= 1:
                 yield dataclasses.replace(program, sizes={**program.sizes, sym: smaller})
+    for s in reversed(f.body):   # a value the failure needs, but not how it was computed
+        yield program.replace_entry(_as_parameters(f, s))
     for i, extent in enumerate(program.lead):
         if extent > 1:
             yield dataclasses.replace(program, lead=program.lead[:i] + (1,) + program.lead[i + 1:])
