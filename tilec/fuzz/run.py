@@ -33,7 +33,7 @@ REQUIRED = ("elementwise", "broadcast", "reduce", "keepdims", "slice", "slice_sy
             "several_results", "call", "ellipsis", "shape_template", "matmul", "softmax",
             "normalize")
 COVERAGE = 0.02
-BATCH = 24          # programs per build: a build's fixed cost (g++ for ascend-sim) is shared
+BATCH = 48          # programs per build: a build's fixed cost (g++ for ascend-sim) is shared
 FRESH_EVERY = 3     # batches: one in this many is also built afresh (the cache oracle)
 REDUCTIONS = 3      # reductions per (kind, message) in a run
 
@@ -145,14 +145,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
 
-def write_failures(summary: Summary, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i, found in enumerate(summary.unique.values()):
-        path = out / f"{i:03d}-{_slug(found.failure.kind)}.tile"
-        path.write_text(found.program)
-        paths.append(path)
-    return paths
+def write_failures(summary: Summary, out: Path, written: int = 0) -> int:
+    """Write the reduced failures from the ``written``-th on; the count written so far."""
+    found = list(summary.unique.values())[written:]
+    if found:
+        out.mkdir(parents=True, exist_ok=True)
+    for i, f in enumerate(found, start=written):
+        (out / f"{i:03d}-{_slug(f.failure.kind)}.tile").write_text(f.program)
+    return written + len(found)
 
 
 @contextlib.contextmanager
@@ -187,9 +187,8 @@ def _records(count: int, seed: int, targets: list[str], jobs: int,
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
-        except BaseException:
-            for future in running:
-                future.cancel()
+        except BaseException:   # Ctrl-C: the batches running finish in the background
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
 
 
@@ -198,6 +197,7 @@ def fuzz(count: int, seed: int, targets: list[str], *, jobs: int = 1, out: Path 
     """Run ``count`` programs of ``seed`` on ``targets``; failures reduced into ``out``."""
     summary = Summary()
     start = time.monotonic()
+    written = 0
     with _private_cache():
         try:
             for records in _records(count, seed, targets, jobs, summary):
@@ -205,13 +205,13 @@ def fuzz(count: int, seed: int, targets: list[str], *, jobs: int = 1, out: Path 
                     summary.add(record)
                 summary.seconds = time.monotonic() - start
                 _progress(progress, summary, count)
+                if out is not None:   # as they come: a long run's failures are usable early
+                    written = write_failures(summary, out, written)
         except KeyboardInterrupt:
             summary.interrupted = True
     summary.seconds = time.monotonic() - start
     if progress is not None and progress.isatty():
         print(file=progress)
-    if out is not None and summary.unique:
-        write_failures(summary, out)
     return summary
 
 
