@@ -102,7 +102,8 @@ def test_a_failure_is_written_reduced(tmp_path, monkeypatch: pytest.MonkeyPatch)
     def fake_check(p: Program, targets: list[str], extra: bool = True) -> list[Failure]:
         return [Failure("crash", "cpu", "boom 3")] if len(p.entry.body) >= 1 else []
 
-    monkeypatch.setattr("tilec.fuzz.run.check_batch", lambda ps, t, fresh=True: [fake_check(p, t) for p in ps])
+    monkeypatch.setattr("tilec.fuzz.run.check_batch",
+                        lambda ps, t, fresh=True: [fake_check(p, t) for p in ps])
     monkeypatch.setattr("tilec.fuzz.reduce.check", fake_check)
     summary = fuzz(4, 1, ["cpu"], out=tmp_path)
     assert summary.failed["crash/cpu"] == 4 and not summary.ok

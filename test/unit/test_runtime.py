@@ -78,6 +78,18 @@ def test_wrong_arguments_are_refused_naming_the_argument(libs, call, error, mess
     assert str(caught.value).startswith(message)
 
 
+def test_a_numpy_scalar_is_a_rank_0_tensor() -> None:
+    """A NumPy scalar (np.float16(2)) for a Tensor<float16>[] argument, as the reference
+    takes it; found by tilec fuzz, where the library refused it with "expected a NumPy array
+    of float16, got float16"."""
+    lib = tilec.compile_string("func f(s: Tensor<float16>[], y: Tensor<float16>[n]) -> "
+                               "Tensor<float16>[n] { return y * s; }", "scalar0.tile")
+    y = f16(5)
+    assert_close(lib.f(np.float16(2.0), y), y.astype(np.float64) * 2, "float16")
+    with pytest.raises(TypeError, match="argument 's': expected dtype float16, got float32"):
+        lib.f(np.float32(2.0), y)
+
+
 def test_outputs_must_be_writable_and_apart_from_the_arguments(libs) -> None:
     swiglu, _ = libs
     x = f16(2, 3, 8)

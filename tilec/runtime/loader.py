@@ -223,6 +223,8 @@ class Function:
     def _array(dtype: str, value: Any, role: str) -> np.ndarray:
         if torch_tensor(value) and value.device.type == "cpu":
             value = from_torch(value)
+        elif isinstance(value, np.generic):   # a NumPy scalar: a rank-0 array of its dtype
+            value = np.asarray(value)
         elif not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
             try:
                 value = np.from_dlpack(value)
