@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dialect.ops import BINARY_OPS, REDUCE_KINDS, UNARY_OPS
+from ..dialect.ops import BINARY_OPS, OP_KINDS, REDUCE_KINDS, UNARY_OPS
 from ..dims import ELLIPSIS, Dim
 from .program import Function, Param, Program, Stmt, Type
 
@@ -512,6 +512,64 @@ def call(b: Builder) -> bool:
     return True
 
 
+# language 1.1: each generator joins the table once the dialect has its op ----------------------
+
+def iota(b: Builder) -> bool:
+    """An index tensor the shape of a value; with ``inf``, a causal mask over that value."""
+    x = b.pick(lambda v: not v.type.generic and len(v.type.shape) >= 1)
+    if x is None:
+        return False
+    t = b.pool[x].type
+    rank = len(t.shape)
+    dims = ", ".join(str(d) for d in t.shape)
+    axis = int(b.rng.integers(-rank, rank))
+    start = b.choice(("", ", start=1", f", start={t.shape[axis]}", ", start=-2"))
+    bound = max(b.size(d) for d in t.shape) + 2.0 + b.size(t.shape[axis])
+    if rank >= 2 and t.dtype in FLOATS and b.rng.random() < 0.5:
+        fill = b.choice(("-inf", "-inf", "inf", "0.0"))
+        template = (f"where(iota([{dims}], axis=-1) <= iota([{dims}], axis=-2{start}), "
+                    f"{{0}}, {fill})")
+        out_bound = math.inf if "inf" in fill else b.pool[x].bound
+        constructs = {"iota", "where", "inf"} if "inf" in fill else {"iota", "where"}
+        return b.add(template, (x,), t, out_bound, constructs) is not None
+    return b.add(f"iota([{dims}], axis={axis}{start})", (), Type("int32", t.shape), bound,
+                 {"iota"}) is not None
+
+
+def dim(b: Builder) -> bool:
+    """A dimension of a value, as a number in its arithmetic."""
+    x = b.pick(lambda v: len(v.type.certain) >= 1 and v.bound < LIMIT[v.type.dtype] / 2)
+    if x is None:
+        return False
+    t = b.pool[x].type
+    d = b.choice(t.certain)
+    if t.dtype == "int32":
+        return b.add(f"{{0}} + dim({d})", (x,), t, b.pool[x].bound + b.size(d),
+                     {"dim", "elementwise"}) is not None
+    return b.add(f"{{0}} * rsqrt(cast(dim({d}), {t.dtype}))", (x,), t, b.pool[x].bound,
+                 {"dim", "elementwise", "cast"}) is not None
+
+
+def arg_reduce(b: Builder) -> bool:
+    """argmax/argmin of a parameter: a computed value's near ties would flip the index."""
+    inputs = [p.name for p in b.params if not p.scalar and p.type.dtype in FLOATS
+              and p.type.certain]
+    if not inputs:
+        return False
+    x = b.choice(inputs)
+    t = b.pool[x].type
+    axis = _axes(b, t, 1)[0]
+    pos = axis % len(t.certain)
+    keep = b.choice((None, True, False))
+    dims = tuple(Dim.const(1) if i == pos else d for i, d in enumerate(t.certain)
+                 if keep is not False or i != pos)
+    keeps = "" if keep is None else f", keepdims={'true' if keep else 'false'}"
+    kind = b.choice(("argmax", "argmin"))
+    shape = ((ELLIPSIS,) if t.generic else ()) + dims
+    return b.add(f"{kind}({{0}}, axis={axis}{keeps})", (x,), Type("int32", shape),
+                 float(b.size(t.certain[pos])), {"argmax", f"arg:{kind}"}) is not None
+
+
 def _unaries() -> list[tuple[str, float, Callable[[Builder], bool]]]:
     return [(f"unary:{op}", 1.0 / len(UNARY_OPS), lambda b, op=op: unary(b, op))
             for op in UNARY_OPS]
@@ -533,6 +591,10 @@ CONSTRUCTS = [*_unaries(), *_binaries(), *_reductions(),
               ("normalize", 0.08, normalize), ("slice", 0.25, slice_),
               ("concat", 0.2, concat), ("transpose", 0.2, transpose),
               ("reshape", 0.2, reshape), ("matmul", 0.15, matmul), ("call", 0.12, call)]
+# language 1.1 constructs, each once the dialect has its op
+CONSTRUCTS += [row for op, row in (("iota", ("iota", 0.25, iota)), ("dim", ("dim", 0.1, dim)),
+                                   ("arg_reduce", ("argmax", 0.15, arg_reduce)))
+               if op in OP_KINDS]
 HELPER_CONSTRUCTS = [c for c in CONSTRUCTS if c[0] not in ("call", "matmul")]
 
 

@@ -88,8 +88,16 @@ class Function:
                 body.append(s)
                 needed |= set(s.operands)
         body.reverse()
-        kept = tuple(p for p in self.params if p.name in needed or not params)
-        return dataclasses.replace(self, params=kept, body=tuple(body))
+        kept = [p for p in self.params if p.name in needed or not params]
+        types = [t for s in body for t in s.types] + list(self.result_types)
+        symbols = {x for t in types for d in t.certain for x in d.symbols()}
+        for p in self.params:   # a parameter that binds a symbol nothing else binds stays
+            bound = {x for q in kept for d in q.type.certain for x in d.symbols()}
+            if p not in kept and {x for d in p.type.certain for x in d.symbols()} & (
+                    symbols - bound):
+                kept.append(p)
+        kept.sort(key=self.params.index)
+        return dataclasses.replace(self, params=tuple(kept), body=tuple(body))
 
     def types(self) -> dict[str, Type]:
         found = {p.name: p.type for p in self.params}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .generate import generate
+from .generate import CONSTRUCTS, generate
 from .oracles import Failure, check_batch
 from .reduce import normalized, reduce
 
@@ -32,6 +32,9 @@ REQUIRED = ("elementwise", "broadcast", "reduce", "keepdims", "slice", "slice_sy
             "concat", "transpose", "reshape", "where", "cast", "scalar", "scalar_default",
             "several_results", "call", "ellipsis", "shape_template", "matmul", "softmax",
             "normalize")
+_GENERATED = {name for name, _, _ in CONSTRUCTS}
+REQUIRED += tuple(c for c in ("iota", "dim", "argmax") if c in _GENERATED)   # language 1.1
+REQUIRED += ("inf",) if "iota" in _GENERATED else ()
 COVERAGE = 0.02
 BATCH = 48          # programs per build: a build's fixed cost (g++ for ascend-sim) is shared
 FRESH_EVERY = 3     # batches: one in this many is also built afresh (the cache oracle)
