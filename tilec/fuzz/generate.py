@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import dialect
 from ..dialect.ops import BINARY_OPS, OP_KINDS, REDUCE_KINDS, UNARY_OPS
 from ..dims import ELLIPSIS, Dim
 from .program import Function, Param, Program, Stmt, Type
@@ -83,6 +84,7 @@ class Builder:
                  prefix: str = "", fresh_ok: bool = True) -> None:
         self.rng, self.sizes, self.lead, self.prefix = rng, sizes, lead, prefix
         self.fresh_ok = fresh_ok
+        self.floats = FLOATS   # ("float32",) in a dtype template: float32 is written T
         self.params: list[Param] = []
         self.body: list[Stmt] = []
         self.pool: dict[str, Value] = {}
@@ -164,6 +166,8 @@ class Builder:
 
     def dtype(self) -> str:
         r = self.rng.random()
+        if self.floats != FLOATS:
+            return "float32" if r < 0.85 else "int32"
         return "float32" if r < 0.45 else "float16" if r < 0.65 else \
             "bfloat16" if r < 0.85 else "int32"
 
@@ -281,7 +285,7 @@ def cast(b: Builder) -> bool:
     if x is None:
         return False
     t = b.pool[x].type
-    to = b.choice(DTYPES)
+    to = b.choice((*b.floats, "int32"))
     if to == "int32" and t.dtype != "int32":
         x, _ = b.squash(x, 1e4)
     bound = b.pool[x].bound
@@ -485,7 +489,7 @@ def matmul(b: Builder) -> bool:
 def call(b: Builder) -> bool:
     """A helper function of its own symbols, called on a value of the body."""
     x = b.pick(lambda v: not v.type.generic and len(v.type.shape) >= 1)
-    if x is None or not b.fresh_ok:
+    if x is None or not b.fresh_ok or b.floats != FLOATS:
         return False
     t = b.pool[x].type
     index = len(b.helpers)
@@ -592,6 +596,7 @@ CONSTRUCTS = [*_unaries(), *_binaries(), *_reductions(),
               ("concat", 0.2, concat), ("transpose", 0.2, transpose),
               ("reshape", 0.2, reshape), ("matmul", 0.15, matmul), ("call", 0.12, call)]
 # language 1.1 constructs, each once the dialect has its op
+DTYPE_TEMPLATES = hasattr(dialect, "DTYPE_TEMPLATE_ATTR")
 CONSTRUCTS += [row for op, row in (("iota", ("iota", 0.25, iota)), ("dim", ("dim", 0.1, dim)),
                                    ("arg_reduce", ("argmax", 0.15, arg_reduce)))
                if op in OP_KINDS]
@@ -618,7 +623,7 @@ def finish(b: Builder, name: str, several: bool) -> Function:
     for r in results:
         t = b.pool[r].type
         if t.dtype in FLOATS and b.rng.random() < 0.15:
-            t = Type(b.choice(FLOATS), t.shape)
+            t = Type(b.choice(b.floats), t.shape)
         types.append(t)
     return Function(name, tuple(b.params), tuple(b.body), tuple(results), tuple(types))
 
@@ -636,6 +641,9 @@ def generate(seed: int, index: int) -> Program:
     lead = tuple(int(x) for x in rng.integers(1, 6, size=int(rng.integers(0, 3)))) \
         if generic else ()
     b = Builder(rng, sizes, lead)
+    template = DTYPE_TEMPLATES and rng.random() < 0.08
+    if template:
+        b.floats = ("float32",)
     for _ in range(int(rng.integers(1, 3))):
         for _attempt in range(10):
             if b.fresh(Type(b.dtype(), b.random_shape(generic))):
@@ -652,4 +660,6 @@ def generate(seed: int, index: int) -> Program:
         values = sorted({sizes[s] if rng.random() < 0.5 else int(rng.choice(SMALL)),
                          int(rng.choice(SMALL))})
         main = dataclasses.replace(main, pragmas=(f"#pragma shape_template({s}, {values})",))
-    return Program((*b.helpers, main), sizes, lead, seed=index).pruned()
+    instance = b.choice(FLOATS) if template else None
+    return Program((*b.helpers, main), sizes, lead, seed=index,
+                   dtype_template=instance).pruned()

@@ -79,11 +79,12 @@ def arguments(program: Program) -> dict[str, Any]:
             continue
         shape = (*(program.lead if p.type.generic else ()),
                  *(int(d.evaluate(sizes)) for d in p.type.certain))
-        if p.type.dtype == "int32":
+        dtype = program.dtype(p.type.dtype)
+        if dtype == "int32":
             args[p.name] = rng.integers(-50, 51, size=shape, dtype=np.int32)
         else:
             values = np.asarray(np.clip(rng.standard_normal(shape), -4.0, 4.0))
-            args[p.name] = values.astype(NUMPY_DTYPES[p.type.dtype])
+            args[p.name] = values.astype(NUMPY_DTYPES[dtype])
     return args
 
 
@@ -98,7 +99,7 @@ def reference(program: Program, text: str) -> tuple[Any, list]:
     with module.context:
         run_pipeline(module, parse_pipeline("tile-shape-template{no-generic=false}"))
     try:
-        want, *others = outcomes(module, program.entry.name, **arguments(program))
+        want, *others = outcomes(module, program.entry_name, **arguments(program))
     except ReferenceError as e:
         return e, []
     return _tuple(want), [_tuple(o) for o in others]
@@ -114,7 +115,7 @@ def _compare(target: str, got: Any, want: Any, others: list, program: Program) -
     failures = []
     for k, (g, w, t) in enumerate(zip(_tuple(got), want, program.entry.result_types)):
         try:
-            c = compare(g, w, t.dtype, [o[k] for o in others])
+            c = compare(g, w, program.dtype(t.dtype), [o[k] for o in others])
         except ValueError as e:
             failures.append(Failure("reference", target, f"result {k}: {e}"))
             continue
@@ -125,7 +126,7 @@ def _compare(target: str, got: Any, want: Any, others: list, program: Program) -
 
 def _call(library: Any, program: Program) -> Any:
     try:
-        return _tuple(library.functions[program.entry.name](**arguments(program)))
+        return _tuple(library[program.entry.name](**arguments(program)))
     except (TypeError, ValueError, RuntimeError) as e:
         return e
 

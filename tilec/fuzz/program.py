@@ -10,6 +10,7 @@ with ``{0}``, ``{1}``...), so that renaming an operand is a list edit, not a tex
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from ..dims import ELLIPSIS, Dim
@@ -112,6 +113,8 @@ class Program:
     sizes: dict[str, int]               # each shape symbol of the entry's parameters
     lead: tuple[int, ...] = ()          # what "..." stands for at run time
     seed: int = 0                       # of the argument values
+    dtype_template: str | None = None   # the dtype the run takes, float32 written T
+    type_symbol: str = "T"
 
     @property
     def entry(self) -> Function:
@@ -119,7 +122,24 @@ class Program:
 
     def text(self) -> str:
         head = [f"// tilec fuzz: sizes {self.sizes_text()}"]
-        return "\n".join([*head, *(f.text() + "\n" for f in self.functions)])
+        functions = [f.text() + "\n" for f in self.functions]
+        if self.dtype_template:
+            head.append(f"#pragma dtype_template({self.type_symbol}, "
+                        "[float16, bfloat16, float32])")
+            functions = [re.sub(r"\bfloat32\b", self.type_symbol, f) for f in functions]
+        return "\n".join([*head, *functions])
+
+    def dtype(self, declared: str) -> str:
+        """The dtype a run gives a value declared ``declared``."""
+        return self.dtype_template if self.dtype_template and declared == "float32" \
+            else declared
+
+    @property
+    def entry_name(self) -> str:
+        """The entry the reference runs (a dtype template's instance)."""
+        if self.dtype_template:
+            return f"{self.entry.name}__{self.dtype_template}"
+        return self.entry.name
 
     def sizes_text(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.sizes.items())]
@@ -133,6 +153,8 @@ class Program:
             found.add("ellipsis")
         if any(f.pragmas for f in self.functions):
             found.add("shape_template")
+        if self.dtype_template:
+            found.add("dtype_template")
         for f in self.functions:
             for s in f.body:
                 found |= s.constructs
@@ -158,7 +180,8 @@ class Program:
             body = tuple(dataclasses.replace(s, template=prefix + s.template)
                          if "call" in s.constructs else s for s in f.body)
             return dataclasses.replace(f, name=prefix + f.name, body=body)
-        return dataclasses.replace(self, functions=tuple(map(rename, self.functions)))
+        return dataclasses.replace(self, functions=tuple(map(rename, self.functions)),
+                                   type_symbol=prefix + self.type_symbol)
 
     def replace_entry(self, entry: Function) -> "Program":
         return dataclasses.replace(self, functions=(*self.functions[:-1], entry))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .generate import CONSTRUCTS, generate
+from .generate import CONSTRUCTS, DTYPE_TEMPLATES, generate
 from .oracles import Failure, check_batch
 from .reduce import normalized, reduce
 
@@ -35,6 +35,7 @@ REQUIRED = ("elementwise", "broadcast", "reduce", "keepdims", "slice", "slice_sy
 _GENERATED = {name for name, _, _ in CONSTRUCTS}
 REQUIRED += tuple(c for c in ("iota", "dim", "argmax") if c in _GENERATED)   # language 1.1
 REQUIRED += ("inf",) if "iota" in _GENERATED else ()
+REQUIRED += ("dtype_template",) if DTYPE_TEMPLATES else ()
 COVERAGE = 0.02
 BATCH = 48          # programs per build: a build's fixed cost (g++ for ascend-sim) is shared
 FRESH_EVERY = 3     # batches: one in this many is also built afresh (the cache oracle)
