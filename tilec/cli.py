@@ -265,6 +265,9 @@ def _fuzz_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="fuzz-failures", metavar="DIR",
                    help="where the reduced failures go (default fuzz-failures)")
+    p.add_argument("--replay", nargs="+", metavar="FILE", default=[],
+                   help="run files tilec fuzz wrote through the oracles again, at the sizes "
+                        "their headers give, instead of generating programs")
     return p
 
 
@@ -283,6 +286,8 @@ def fuzz_main(argv: Sequence[str]) -> int:
                     f"choose from {', '.join(TARGETS)}")
         if args.count < 0 or args.jobs < 1:
             p.error("--count must be >= 0 and --jobs >= 1")
+        if args.replay:
+            return _replay(args.replay, targets)
         summary = fuzz(args.count, args.seed, targets, jobs=args.jobs, out=Path(args.out),
                        progress=sys.stderr)
         for line in summary.lines():
@@ -292,6 +297,18 @@ def fuzz_main(argv: Sequence[str]) -> int:
         return 130 if summary.interrupted else 0 if summary.ok else 1
 
     return _guarded(run)
+
+
+def _replay(files: list[str], targets: list[str]) -> int:
+    from .fuzz.replay import replay
+
+    failed = 0
+    for path in files:
+        failures = replay(read_source(path), targets)
+        failed += bool(failures)
+        print(f"{path}: " + ("; ".join(f"{f.kind}: {f.message.splitlines()[0]}"
+                                       for f in failures) or "agrees"))
+    return 1 if failed else 0
 
 
 BENCH_UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")   # they slow a current NumPy down

@@ -6,8 +6,14 @@ cpu, 20 on ascend-sim), which takes minutes on two cores.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+
+from conftest import REPO
 
 from tilec.cli import main
 from tilec.dialect.ops import BINARY_OPS, REDUCE_KINDS, UNARY_OPS
@@ -17,9 +23,19 @@ from tilec.fuzz.generate import generate
 from tilec.fuzz.oracles import Failure, check
 from tilec.fuzz.program import Program
 from tilec.fuzz.reduce import reduce
+from tilec.fuzz.replay import parse, replay
 from tilec.fuzz.run import COVERAGE, REQUIRED, Summary, fuzz
 
 SMOKE_SEED = 16
+REGRESSIONS = sorted((REPO / "test" / "unit" / "fuzz").glob("*.tile"))
+REPLAY_TARGETS = ["cpu", "cpu-O0", "ascend-sim"]
+
+
+def _regression(path: Path) -> Any:
+    """A reduced program; ``// XFAIL: REASON`` in it marks a bug another issue owns."""
+    reason = re.search(r"^// XFAIL: (.*)$", path.read_text(), re.M)
+    marks = [pytest.mark.xfail(reason=reason.group(1), strict=True)] if reason else []
+    return pytest.param(path, id=path.stem, marks=marks)
 GENERATED = 400
 
 
@@ -115,6 +131,24 @@ def test_a_failure_is_written_reduced(tmp_path, monkeypatch: pytest.MonkeyPatch)
 def test_unknown_target_is_a_diagnostic(capsys: pytest.CaptureFixture) -> None:
     assert main(["fuzz", "--count", "1", "--target", "cpu,gpu"]) == 1
     assert "unknown target 'gpu'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", [_regression(p) for p in REGRESSIONS])
+def test_reduced_failure_agrees(path: Path) -> None:
+    """Each program the fuzzer found and reduced, on cpu, cpu -O0 and ascend-sim."""
+    failures = replay(path.read_text(), REPLAY_TARGETS)
+    assert failures == [], "\n".join(f"{f.kind}: {f.message}" for f in failures)
+
+
+def test_a_written_program_replays_with_its_arguments() -> None:
+    for i in range(40):
+        p = generate(9, i)
+        text = f"// tilec fuzz --seed 9: program {i}, oracle reference, target cpu\n{p.text()}"
+        want, got = oracles.arguments(p), oracles.arguments(parse(text))
+        assert want.keys() == got.keys()
+        for k in want:
+            assert np.array_equal(want[k], got[k]) and np.asarray(got[k]).dtype == \
+                np.asarray(want[k]).dtype
 
 
 @pytest.mark.fuzz

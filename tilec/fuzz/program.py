@@ -145,6 +145,11 @@ class Program:
         parts = [f"{k}={v}" for k, v in sorted(self.sizes.items())]
         if self.entry.params and any(p.type.generic for p in self.entry.params):
             parts.append(f"...={self.lead}")
+        if self.dtype_template:
+            parts.append(f"T={self.dtype_template}")
+        passed = [p.name for p in self.entry.params if p.scalar and p.default and p.passed]
+        if passed:   # scalars with a default that the run passes all the same
+            parts.append(f"pass={','.join(passed)}")
         return " ".join(parts) or "(fixed)"
 
     def all_constructs(self) -> frozenset[str]:
