@@ -302,13 +302,11 @@ def fuzz_main(argv: Sequence[str]) -> int:
 def _replay(files: list[str], targets: list[str]) -> int:
     from .fuzz.replay import replay
 
-    failed = 0
-    for path in files:
-        failures = replay(read_source(path), targets)
-        failed += bool(failures)
+    found = replay([read_source(path) for path in files], targets)
+    for path, failures in zip(files, found):
         print(f"{path}: " + ("; ".join(f"{f.kind}: {f.message.splitlines()[0]}"
                                        for f in failures) or "agrees"))
-    return 1 if failed else 0
+    return 1 if any(found) else 0
 
 
 BENCH_UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")   # they slow a current NumPy down

@@ -133,10 +133,16 @@ def test_unknown_target_is_a_diagnostic(capsys: pytest.CaptureFixture) -> None:
     assert "unknown target 'gpu'" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def replayed() -> dict[Path, list[Failure]]:
+    """Every regression file's failures, all built together (one library per target)."""
+    return dict(zip(REGRESSIONS, replay([p.read_text() for p in REGRESSIONS], REPLAY_TARGETS)))
+
+
 @pytest.mark.parametrize("path", [_regression(p) for p in REGRESSIONS])
-def test_reduced_failure_agrees(path: Path) -> None:
+def test_reduced_failure_agrees(path: Path, replayed: dict[Path, list[Failure]]) -> None:
     """Each program the fuzzer found and reduced, on cpu, cpu -O0 and ascend-sim."""
-    failures = replay(path.read_text(), REPLAY_TARGETS)
+    failures = replayed[path]
     assert failures == [], "\n".join(f"{f.kind}: {f.message}" for f in failures)
 
 

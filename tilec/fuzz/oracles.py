@@ -31,7 +31,8 @@ from ..diagnostics import DiagnosticSink, TilecError
 from ..driver import CompileOptions, build
 from ..frontend import compile_source
 from ..harness.numerics import NUMPY_DTYPES, compare
-from ..harness.reference import ReferenceError, outcomes
+from ..harness import reference as _reference
+from ..harness.reference import ReferenceError
 from ..pipeline import parse_pipeline, run_pipeline
 from ..runtime.loader import load
 from .program import Program
@@ -92,20 +93,38 @@ def _tuple(x: Any) -> tuple:
     return x if isinstance(x, tuple) else (x,)
 
 
-def reference(program: Program, text: str) -> tuple[Any, list]:
+def reference(program: Program, text: str) -> tuple[Any, Any]:
     """(the reference's results as a tuple, or the ReferenceError refusing the arguments;
-    the alternative outcomes).  Raises :class:`TilecError` when the front end rejects."""
+    what the comparison takes besides, :func:`_expected`).  Raises :class:`TilecError` when
+    the front end rejects."""
     module = compile_source(text, FILE, CompileOptions().sema())
     with module.context:
         run_pipeline(module, parse_pipeline("tile-shape-template{no-generic=false}"))
     try:
-        want, *others = outcomes(module, program.entry_name, **arguments(program))
+        return _expected(module, program.entry_name, arguments(program))
     except ReferenceError as e:
-        return e, []
-    return _tuple(want), [_tuple(o) for o in others]
+        return e, None
 
 
-def _compare(target: str, got: Any, want: Any, others: list, program: Program) -> list[Failure]:
+def _expected(module: Any, name: str, args: dict[str, Any]) -> tuple[tuple, Any]:
+    """(the results, what else the comparison takes): the rounding allowance of each result
+    where the reference carries one (``allowed``), else its alternative outcomes at float ->
+    int casts (``outcomes``)."""
+    if hasattr(_reference, "allowed"):
+        want, allowances = _reference.allowed(module, name, **args)
+        return _tuple(want), ("allowance", allowances)
+    want, *others = _reference.outcomes(module, name, **args)
+    return _tuple(want), ("outcomes", [_tuple(o) for o in others])
+
+
+def _compared(k: int, got: Any, want: Any, dtype: str, extra: Any) -> Any:
+    kind, values = extra
+    if kind == "allowance":
+        return compare(got, want, dtype, allowance=values[k])
+    return compare(got, want, dtype, [o[k] for o in values])
+
+
+def _compare(target: str, got: Any, want: Any, others: Any, program: Program) -> list[Failure]:
     if isinstance(want, Exception) or isinstance(got, Exception):
         if isinstance(want, Exception) and isinstance(got, Exception):
             return []
@@ -115,7 +134,7 @@ def _compare(target: str, got: Any, want: Any, others: list, program: Program) -
     failures = []
     for k, (g, w, t) in enumerate(zip(_tuple(got), want, program.entry.result_types)):
         try:
-            c = compare(g, w, program.dtype(t.dtype), [o[k] for o in others])
+            c = _compared(k, g, w, program.dtype(t.dtype), others)
         except ValueError as e:
             failures.append(Failure("reference", target, f"result {k}: {e}"))
             continue

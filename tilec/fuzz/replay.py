@@ -9,6 +9,7 @@ are passed and the others left to it.  Regression tests replay reduced programs 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -16,12 +17,13 @@ from ..dialect import params_of, tensor_info
 from ..diagnostics import TilecError
 from ..frontend import compile_source
 from ..harness.reference import find_function
-from .oracles import FILE, Failure, check
+from .oracles import FILE, Failure, check_batch
 from .program import Param, Type
 
 SIZES = re.compile(r"^// tilec fuzz: sizes (.*)$", re.M)
 PROGRAM = re.compile(r"^// tilec fuzz --seed \d+: program (\d+)", re.M)
 ENTRY = re.compile(r"^func\s+(\w+)\s*\(", re.M)
+TEMPLATE_SYMBOL = "T"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,16 @@ class Replay:
     def entry_name(self) -> str:
         return f"{self.entry.name}__{self.dtype_template}" if self.dtype_template \
             else self.entry.name
+
+    def renamed(self, prefix: str) -> "Replay":
+        """With every function (and a dtype template's type) prefixed, as
+        :meth:`~tilec.fuzz.program.Program.renamed`: several files in one build."""
+        text = self.source
+        names = set(ENTRY.findall(text)) | ({TEMPLATE_SYMBOL} if self.dtype_template else set())
+        for name in sorted(names, key=len, reverse=True):
+            text = re.sub(rf"\b{name}\b", prefix + name, text)
+        entry = dataclasses.replace(self.entry, name=prefix + self.entry.name)
+        return dataclasses.replace(self, source=text, entry=entry)
 
 
 def _header(text: str) -> tuple[dict[str, int], tuple[int, ...], str | None, set[str]]:
@@ -98,5 +110,6 @@ def parse(text: str) -> Replay:
                   int(program.group(1)) if program else 0, template)
 
 
-def replay(text: str, targets: list[str]) -> list[Failure]:
-    return check(parse(text), targets)
+def replay(texts: list[str], targets: list[str]) -> list[list[Failure]]:
+    """The failures of each of ``texts``, built together (one library per target)."""
+    return check_batch([parse(t) for t in texts], targets)
