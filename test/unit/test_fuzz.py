@@ -19,7 +19,8 @@ from tilec.cli import main
 from tilec.dialect.ops import BINARY_OPS, REDUCE_KINDS, UNARY_OPS
 from tilec.frontend import compile_source
 from tilec.fuzz import oracles
-from tilec.fuzz.generate import generate
+from tilec.dims import ELLIPSIS, Dim
+from tilec.fuzz.generate import broadcast, generate
 from tilec.fuzz.oracles import Failure, check
 from tilec.fuzz.program import Program
 from tilec.fuzz.reduce import reduce
@@ -48,6 +49,15 @@ def test_program_i_of_a_seed_is_always_the_same() -> None:
     assert generate(3, 5).text() == generate(3, 5).text()
     assert generate(3, 5).text() != generate(3, 6).text()
     assert generate(3, 5).text() != generate(4, 5).text()
+
+
+def test_broadcast_of_two_shapes() -> None:
+    n, d, one = Dim.sym("n"), Dim.sym("d"), Dim.const(1)
+    assert broadcast((n, one), (one, d)) == (n, d)
+    assert broadcast((n, d), (d,)) == (n, d)
+    assert broadcast((ELLIPSIS, n, d), (one, d)) == (ELLIPSIS, n, d)
+    assert broadcast((ELLIPSIS, d), (n, d)) is None      # would reach into "..."
+    assert broadcast((n,), (d,)) is None                 # two symbols: a run-time question
 
 
 def test_generated_programs_are_well_typed(programs: list[Program]) -> None:

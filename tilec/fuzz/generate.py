@@ -55,8 +55,10 @@ def broadcast(a: tuple, b: tuple) -> tuple | None:
     shape's extra dimensions), or None when they do not broadcast without a run-time check."""
     ga, gb = a[:1] == (ELLIPSIS,), b[:1] == (ELLIPSIS,)
     ca, cb = a[1:] if ga else a, b[1:] if gb else b
-    if (ga or gb) and len(ca if not ga else cb) > len(cb if not ga else ca) and not (ga and gb):
-        return None
+    if ga != gb:   # the shape without "..." must not reach into it
+        plain, generic = (ca, cb) if gb else (cb, ca)
+        if len(plain) > len(generic):
+            return None
     out = []
     for i in range(1, max(len(ca), len(cb)) + 1):
         x = ca[-i] if i <= len(ca) else None
