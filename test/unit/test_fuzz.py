@@ -6,6 +6,7 @@ cpu, 20 on ascend-sim), which takes minutes on two cores.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,19 @@ def test_a_wrong_library_is_caught_and_reduced(monkeypatch: pytest.MonkeyPatch) 
     small = reduce(program, failures[0], ["cpu"], max_runs=6)
     assert len(small.entry.body) < len(program.entry.body)
     monkeypatch.setattr(oracles, "_build", build)
+
+
+def test_cache_and_threads_oracles_report_differences(monkeypatch: pytest.MonkeyPatch) -> None:
+    program = next(p for p in (generate(5, i) for i in range(50))
+                   if p.entry.result_types[0].dtype == "float32" and len(p.entry.body) <= 2)
+    assert check(program, ["cpu"]) == []
+    monkeypatch.setattr(oracles, "_one_thread", lambda library, programs: [
+        tuple(np.asarray(r) + 1 for r in oracles._call(library, p)) for p in programs])
+    real_build = oracles.build
+    monkeypatch.setattr(oracles, "build", lambda *a, **k: dataclasses.replace(
+        real_build(*a, **k), hit=False))
+    kinds = {f.kind for f in check(program, ["cpu"])}
+    assert kinds == {"threads/cpu", "cache/cpu"}
 
 
 def test_the_reducer_drops_what_the_failure_does_not_need() -> None:
