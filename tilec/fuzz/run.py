@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import queue
 import re
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -180,20 +180,23 @@ def _records(count: int, seed: int, targets: list[str], jobs: int,
         for chunk in chunks:
             yield batch(seed, chunk, targets, summary.keys)
         return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        pending = list(reversed(chunks))
-        running = set()
-        try:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    running.add(pool.submit(batch, seed, pending.pop(), targets, summary.keys))
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
-        except BaseException:   # Ctrl-C: the batches running finish in the background
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    done: queue.Queue = queue.Queue()
+    pool = multiprocessing.get_context("spawn").Pool(jobs)
+    try:
+        pending, running = list(reversed(chunks)), 0
+        while pending or running:
+            while pending and running < jobs:   # each batch sees the reductions done so far
+                pool.apply_async(batch, (seed, pending.pop(), targets, summary.keys),
+                                 callback=done.put, error_callback=done.put)
+                running += 1
+            result = done.get()
+            running -= 1
+            if isinstance(result, BaseException):
+                raise result
+            yield result
+        pool.close()
+    finally:
+        pool.terminate()   # Ctrl-C or an error: the running batches stop too
 
 
 def fuzz(count: int, seed: int, targets: list[str], *, jobs: int = 1, out: Path | None = None,
