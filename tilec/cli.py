@@ -260,6 +260,8 @@ def _fuzz_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=100, help="programs to run (default 100)")
     p.add_argument("--seed", type=int, default=0, help="program i of seed S is always the "
                    "same program (default 0)")
+    p.add_argument("--first", type=int, default=0, metavar="I",
+                   help="start at program I of the seed (default 0): a run continued")
     p.add_argument("--target", default="cpu", metavar="T,...",
                    help=f"comma-separated, of {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
@@ -284,12 +286,12 @@ def fuzz_main(argv: Sequence[str]) -> int:
         if unknown or not targets:
             p.error(f"unknown target '{unknown[0] if unknown else ''}'; "
                     f"choose from {', '.join(TARGETS)}")
-        if args.count < 0 or args.jobs < 1:
-            p.error("--count must be >= 0 and --jobs >= 1")
+        if args.count < 0 or args.jobs < 1 or args.first < 0:
+            p.error("--count and --first must be >= 0 and --jobs >= 1")
         if args.replay:
             return _replay(args.replay, targets)
         summary = fuzz(args.count, args.seed, targets, jobs=args.jobs, out=Path(args.out),
-                       progress=sys.stderr)
+                       progress=sys.stderr, first=args.first)
         for line in summary.lines():
             print(line)
         if summary.unique:

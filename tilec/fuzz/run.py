@@ -75,7 +75,7 @@ def batch(seed: int, indices: list[int], targets: list[str],
     counts those done before this batch)."""
     start = time.monotonic()
     programs = [generate(seed, i) for i in indices]
-    fresh = indices[0] // BATCH % FRESH_EVERY == 0
+    fresh = indices[0] // BATCH % FRESH_EVERY == 0 if indices else False
     results = check_batch(programs, targets, fresh=fresh)
     seconds = (time.monotonic() - start) / max(len(indices), 1)
     reduced = Counter(reduced or {})
@@ -173,9 +173,9 @@ def _private_cache() -> Iterator[None]:
                 os.environ["TILEC_CACHE_DIR"] = before
 
 
-def _records(count: int, seed: int, targets: list[str], jobs: int,
+def _records(programs: range, seed: int, targets: list[str], jobs: int,
              summary: Summary) -> Iterator[list[Record]]:
-    chunks = [list(range(i, min(i + BATCH, count))) for i in range(0, count, BATCH)]
+    chunks = [list(programs[i:i + BATCH]) for i in range(0, len(programs), BATCH)]
     if jobs <= 1:
         for chunk in chunks:
             yield batch(seed, chunk, targets, summary.keys)
@@ -200,14 +200,16 @@ def _records(count: int, seed: int, targets: list[str], jobs: int,
 
 
 def fuzz(count: int, seed: int, targets: list[str], *, jobs: int = 1, out: Path | None = None,
-         progress: TextIO | None = None) -> Summary:
-    """Run ``count`` programs of ``seed`` on ``targets``; failures reduced into ``out``."""
+         progress: TextIO | None = None, first: int = 0) -> Summary:
+    """Run programs ``first`` to ``first + count - 1`` of ``seed`` on ``targets``; failures
+    reduced into ``out``."""
     summary = Summary()
     start = time.monotonic()
     written = 0
     with _private_cache():
         try:
-            for records in _records(count, seed, targets, jobs, summary):
+            for records in _records(range(first, first + count), seed, targets, jobs,
+                                    summary):
                 for record in records:
                     summary.add(record)
                 summary.seconds = time.monotonic() - start
