@@ -58,6 +58,7 @@ def test_broadcast_of_two_shapes() -> None:
     assert broadcast((n, d), (d,)) == (n, d)
     assert broadcast((ELLIPSIS, n, d), (one, d)) == (ELLIPSIS, n, d)
     assert broadcast((ELLIPSIS, d), (n, d)) is None      # would reach into "..."
+    assert broadcast((ELLIPSIS, n, d), (ELLIPSIS, d)) is None   # found by tilec fuzz
     assert broadcast((n,), (d,)) is None                 # two symbols: a run-time question
 
 

@@ -59,6 +59,8 @@ def broadcast(a: tuple, b: tuple) -> tuple | None:
         plain, generic = (ca, cb) if gb else (cb, ca)
         if len(plain) > len(generic):
             return None
+    elif ga and len(ca) != len(cb):   # "..." would stand at two different places
+        return None
     out = []
     for i in range(1, max(len(ca), len(cb)) + 1):
         x = ca[-i] if i <= len(ca) else None

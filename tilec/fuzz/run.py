@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .generate import CONSTRUCTS, DTYPE_TEMPLATES, generate
 from .oracles import Failure, check_batch
@@ -173,6 +173,15 @@ def _private_cache() -> Iterator[None]:
                 os.environ["TILEC_CACHE_DIR"] = before
 
 
+def _next(done: queue.Queue) -> Any:
+    """The next batch's records; polled, so that Ctrl-C (SIGINT) interrupts the wait."""
+    while True:
+        try:
+            return done.get(timeout=0.5)
+        except queue.Empty:
+            continue
+
+
 def _records(programs: range, seed: int, targets: list[str], jobs: int,
              summary: Summary) -> Iterator[list[Record]]:
     chunks = [list(programs[i:i + BATCH]) for i in range(0, len(programs), BATCH)]
@@ -189,7 +198,7 @@ def _records(programs: range, seed: int, targets: list[str], jobs: int,
                 pool.apply_async(batch, (seed, pending.pop(), targets, summary.keys),
                                  callback=done.put, error_callback=done.put)
                 running += 1
-            result = done.get()
+            result = _next(done)
             running -= 1
             if isinstance(result, BaseException):
                 raise result
