@@ -40,6 +40,8 @@ from .program import Program
 # target name on the command line -> (--target, -O level)
 TARGETS = {"cpu": ("cpu", 2), "cpu-O0": ("cpu", 0), "ascend-sim": ("ascend-sim", 2),
            "ptx": ("ptx", 2)}
+HOST, HOST_O0 = "cpu", "cpu-O0"   # the target the cache and threads oracles run, and its -O0
+BUILD_ONLY = frozenset({"ptx"})   # built (ptxas), not run: no GPU
 FILE = "fuzz.tile"
 
 
@@ -152,7 +154,7 @@ def _call(library: Any, program: Program) -> Any:
 
 def _build(text: str, target: str, cache: bool = True) -> Any:
     backend, level = TARGETS[target]
-    arch = {"arch": ARCH} if backend == "cpu" else {}
+    arch = {"arch": ARCH} if backend == TARGETS[HOST][0] else {}
     return compile_string(text, FILE, backend, opt_level=level, cache=cache,
                           sink=DiagnosticSink(None), **arch)
 
@@ -252,18 +254,18 @@ def _target(programs: list[Program], live: list[int], refs: dict, target: str,
     try:
         library = _build(text, target)
     except TilecError as e:
-        oracle = "ptxas" if target == "ptx" else "compile"
+        oracle = "ptxas" if target in BUILD_ONLY else "compile"
         failures[live[0]].append(Failure(oracle, target, f"a valid program rejected: {e}"))
         return
     except Exception as e:  # an internal error is what the fuzzer is here to find
         failures[live[0]].append(Failure("crash", target, f"{type(e).__name__}: {e}"))
         return
-    if target == "ptx":
+    if target in BUILD_ONLY:
         return
     gots = [_call(library, programs[k]) for k in live]
     for k, got in zip(live, gots):
         failures[k] += _compare(target, got, *refs[k], programs[k])
-    if target == "cpu" and extra[0]:
+    if target == HOST and extra[0]:
         found = cache_and_threads([programs[k] for k in live], text, gots, library, extra[1])
         for k, more in zip(live, found):
             failures[k] += more
@@ -271,8 +273,9 @@ def _target(programs: list[Program], live: list[int], refs: dict, target: str,
 
 def _o0_vs_o2(failures: list[Failure], targets: list[str]) -> list[Failure]:
     bad = {f.target for f in failures if f.oracle == "reference"}
-    if not {"cpu", "cpu-O0"} <= set(targets) or len(bad & {"cpu", "cpu-O0"}) != 1:
+    pair = {HOST, HOST_O0}
+    if not pair <= set(targets) or len(bad & pair) != 1:
         return failures
     return [Failure("O0-vs-O2", f.target, f.message)
-            if f.oracle == "reference" and f.target in ("cpu", "cpu-O0") else f
+            if f.oracle == "reference" and f.target in pair else f
             for f in failures]
