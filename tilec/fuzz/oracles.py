@@ -4,8 +4,8 @@ In: a :class:`~tilec.fuzz.program.Program` and the targets.  Out: a list of
 :class:`Failure` (empty when all agree).  Oracles:
 
 - ``reference``: each target's library against the reference interpreter, within the
-  numerical contract (:func:`tilec.harness.numerics.compare`, with the reference's
-  alternative outcomes at float -> int casts); a refusal must be mutual;
+  numerical contract (:func:`tilec.harness.numerics.compare`, with the reference's rounding
+  allowance); a refusal must be mutual;
 - ``O0-vs-O2``: the same, named so when ``cpu`` and ``cpu-O0`` are both run and only one of
   them disagrees with the reference;
 - ``cache``: an identical compile must hit the cache, and the cached library must give
@@ -109,21 +109,13 @@ def reference(program: Program, text: str) -> tuple[Any, Any]:
 
 
 def _expected(module: Any, name: str, args: dict[str, Any]) -> tuple[tuple, Any]:
-    """(the results, what else the comparison takes): the rounding allowance of each result
-    where the reference carries one (``allowed``), else its alternative outcomes at float ->
-    int casts (``outcomes``)."""
-    if hasattr(_reference, "allowed"):
-        want, allowances = _reference.allowed(module, name, **args)
-        return _tuple(want), ("allowance", allowances)
-    want, *others = _reference.outcomes(module, name, **args)
-    return _tuple(want), ("outcomes", [_tuple(o) for o in others])
+    """(the results, the rounding allowance of each)."""
+    want, allowances = _reference.allowed(module, name, **args)
+    return _tuple(want), allowances
 
 
-def _compared(k: int, got: Any, want: Any, dtype: str, extra: Any) -> Any:
-    kind, values = extra
-    if kind == "allowance":
-        return compare(got, want, dtype, allowance=values[k])
-    return compare(got, want, dtype, [o[k] for o in values])
+def _compared(k: int, got: Any, want: Any, dtype: str, allowances: Any) -> Any:
+    return compare(got, want, dtype, allowance=allowances[k])
 
 
 def _compare(target: str, got: Any, want: Any, others: Any, program: Program) -> list[Failure]:
