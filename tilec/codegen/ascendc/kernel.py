@@ -30,10 +30,10 @@ from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim, parse_dim
 from ...mlir import ir
 from ..common.values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, numel,
-                             ramp, reindex, row_major)
+                             reindex, row_major)
 from . import cxx
 from .cxx import Code, f32, i32
-from ..common.layout import LayoutOps, grid_dim, ints, shape_of, strings
+from ..common.layout import IotaRow, LayoutOps, grid_dim, ints, shape_of, strings
 from .lazy import Base, Gm, grid_var, reshaped, small_power, spread
 from .plan import GATHER, reduce_work_floats
 from .reduce import Reducer
@@ -282,19 +282,15 @@ class _Lowering(Reducer, LayoutOps):
     def op_iota(self, op: Any) -> Lazy:
         """As :meth:`~..common.rows.RowLowering.iota`: a grid coordinate (not in a flattened
         kernel, whose rows are no loop), or a ramp along the row."""
-        a = op.attributes
-        axis = int(ir.IntegerAttr(a["axis"]).value)
-        start = parse_dim(ir.StringAttr(a["start"]).value)
-        shape = [parse_dim(d) for d in strings(a["shape"])]
-        grid_axes = ints(a["axes"])
+        iota = IotaRow.of(op)
         sizes = tuple(shape_of(self.result_info(op)))
-        if axis in grid_axes:
-            if self.flat:
-                raise NotFlat
-            here = grid_var(grid_axes.index(axis)) if shape[axis] != ONE else "0"
-            return Splat(f"int32_t({here} + {cxx.dim(start)})", sizes, "int32")
-        row_axis = axis - sum(1 for g in grid_axes if 0 <= g < axis)
-        return Map("cast", (ramp(start, sizes, row_axis),), sizes, "int32")
+        g = iota.grid_axis()
+        if g is None:
+            return iota.ramp(sizes)
+        if self.flat:
+            raise NotFlat
+        here = grid_var(g) if g >= 0 else "0"
+        return Splat(f"int32_t({here} + {cxx.dim(iota.start)})", sizes, "int32")
 
     def elementwise(self, op: Any, name: str) -> Lazy:
         operands = [self.readable(self.lazy(v)) for v in op.operands]

@@ -10,12 +10,13 @@ and ptx) and into the Ascend C one; each provides ``env``, ``reindexed``, ``elem
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import ELLIPSIS, Dim, parse_dim
 from ...mlir import ir
-from .values import LEAD, ONE, ZERO, Concat, Lazy
+from .values import LEAD, ONE, ZERO, Concat, Lazy, Map, ramp
 
 LEAD_DIM = Dim.sym(LEAD)
 
@@ -106,3 +107,32 @@ class LayoutOps:
         sizes = shape_of(self.result_info(op))
         axis = len(sizes) + int(ir.IntegerAttr(op.attributes["axis"]).value)
         return Concat((a, b), axis, sizes, self.result_info(op).dtype)
+
+
+@dataclass(frozen=True)
+class IotaRow:
+    """A ``tile.iota`` in a kernel: its axis, start, whole shape and its row's grid axes."""
+
+    axis: int
+    start: Dim
+    shape: tuple[Dim, ...]
+    grid_axes: tuple[int, ...]
+
+    @staticmethod
+    def of(op: Any) -> "IotaRow":
+        a = op.attributes
+        return IotaRow(int(ir.IntegerAttr(a["axis"]).value),
+                       parse_dim(ir.StringAttr(a["start"]).value),
+                       tuple(parse_dim(d) for d in strings(a["shape"])), tuple(ints(a["axes"])))
+
+    def grid_axis(self) -> Optional[int]:
+        """The grid coordinate its value is (None where its axis is along the row); -1 where
+        that axis has extent 1, so the value is ``start`` itself."""
+        if self.axis not in self.grid_axes:
+            return None
+        return -1 if self.shape[self.axis] == ONE else self.grid_axes.index(self.axis)
+
+    def ramp(self, sizes: tuple[Dim, ...]) -> Map:
+        """Its row when its axis is along the row: ``start`` plus the index on that axis."""
+        row_axis = self.axis - sum(1 for g in self.grid_axes if 0 <= g < self.axis)
+        return Map("cast", (ramp(self.start, sizes, row_axis),), sizes, "int32")

@@ -25,11 +25,11 @@ from ...dialect.ops import ELEMENTWISE_OPS
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim, parse_dim
 from ...mlir import arith, ir, scf
-from .layout import LayoutOps, grid_dim, ints, shape_of, strings
+from .layout import IotaRow, LayoutOps, grid_dim, ints, shape_of, strings
 from .scalar import (Num, bitcast, const, f32, i16, i32, i64, index, select, to_float, to_int,
                      zero_extend)
 from .values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, compute_kind, is_ramp,
-                     map_sizes, numel, ramp, reindex, row_major)
+                     map_sizes, numel, reindex, row_major)
 
 STORAGE = {"float16": ir.F16Type.get, "bfloat16": ir.BF16Type.get, "float32": f32,
            "int32": i32}
@@ -368,18 +368,13 @@ class RowLowering(LayoutOps):
         """The row of a ``tile.iota`` at the current grid point: one value when its axis is
         a grid axis, else a :func:`~.values.ramp` along the row axis (as a Map, so that it is
         computed, never copied from memory)."""
-        a = op.attributes
-        axis = int(ir.IntegerAttr(a["axis"]).value)
-        start = parse_dim(ir.StringAttr(a["start"]).value)
-        shape = [parse_dim(d) for d in strings(a["shape"])]
-        grid_axes = ints(a["axes"])
+        iota = IotaRow.of(op)
         sizes = tuple(shape_of(self.result_info(op)))
-        if axis in grid_axes:
-            here = self.coords[grid_axes.index(axis)] if shape[axis] != ONE else \
-                const(index(), 0)
-            return Splat(to_int(here + self.dim(start), i32()), sizes, "int32")
-        row_axis = axis - sum(1 for g in grid_axes if 0 <= g < axis)
-        return Map("cast", (ramp(start, sizes, row_axis),), sizes, "int32")
+        g = iota.grid_axis()
+        if g is None:
+            return iota.ramp(sizes)
+        here = self.coords[g] if g >= 0 else const(index(), 0)
+        return Splat(to_int(here + self.dim(iota.start), i32()), sizes, "int32")
 
     def dim_value(self, op: Any) -> Splat:
         expr = parse_dim(ir.StringAttr(op.attributes["expr"]).value)

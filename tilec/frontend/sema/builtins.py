@@ -10,7 +10,7 @@ from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim, Shape
 from .. import ast
 from .indices import INDEX_BUILTINS
-from .values import INT_LIMIT, Check, NeedLead, Operand, Value, Weak
+from .values import INT_LIMIT, Check, NeedLead, Operand, Value, Weak, keepdims
 
 # --- built-in signatures ---------------------------------------------------------------------
 # name -> (positional parameter names, defaults for keyword parameters)
@@ -138,11 +138,7 @@ class BuiltinRules:
         if not items:
             raise TilecError("axes must not be empty", bound["axes"].span)
         axes = self._axes(x, [a for a, _ in items], bound["axes"].span, [s for _, s in items])
-        keep = bound["keepdims"]
-        if isinstance(keep, ast.Arg):
-            if not isinstance(keep.value, ast.Bool):
-                raise TilecError("keepdims must be true or false", keep.value.span)
-            keep = keep.value.value
+        keep = keepdims(bound["keepdims"])
         dims = list(x.type.dims)
         for ax in axes:
             dims[ax] = Dim.const(1)

@@ -6,7 +6,7 @@ from ...diagnostics import Span, TilecError
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim
 from .. import ast
-from .values import INT_LIMIT, Value, dim_of
+from .values import INT_LIMIT, Value, dim_of, keepdims
 
 INDEX_BUILTINS: dict[str, tuple[tuple[str, ...], dict]] = {
     "iota": (("shape", "axis", "start"), {"start": 0}),
@@ -82,11 +82,7 @@ class IndexRules:
                              "use cast(x, float32)", bound["x"].span)
         axis = self._int_arg(bound["axis"], "axis")
         (ax,) = self._axes(x, [axis], bound["axis"].span)
-        keep = bound["keepdims"]
-        if isinstance(keep, ast.Arg):
-            if not isinstance(keep.value, ast.Bool):
-                raise TilecError("keepdims must be true or false", keep.value.span)
-            keep = keep.value.value
+        keep = keepdims(bound["keepdims"])
         dims = list(x.type.dims)
         dims[ax] = Dim.const(1)
         if not keep:

@@ -167,3 +167,12 @@ def symbols_of(f: ast.FuncDef) -> set[str]:
                     except TilecError:
                         pass
     return out
+
+
+def keepdims(arg: "ast.Arg | bool") -> bool:
+    """A reduction's ``keepdims=``: its default, or the ``true``/``false`` written."""
+    if not isinstance(arg, ast.Arg):
+        return arg
+    if not isinstance(arg.value, ast.Bool):
+        raise TilecError("keepdims must be true or false", arg.value.span)
+    return arg.value.value
