@@ -81,8 +81,8 @@ func f(x: Tensor<f32>[r, n]) -> Tensor<f32>[r, 1] {
 
 
 def test_a_table_row_is_missing_with_a_clear_message() -> None:
-    with pytest.raises(KeyError, match="no row for the unary built-in 'erf'.*UNARY"):
-        allowance.unary_rule("erf")
+    with pytest.raises(KeyError, match="no row for the unary built-in 'lgamma'.*UNARY"):
+        allowance.unary_rule("lgamma")
     with pytest.raises(KeyError, match="no row for the binary built-in 'atan2'.*BINARY"):
         allowance.binary_rule("atan2")
 
