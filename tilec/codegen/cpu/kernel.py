@@ -274,15 +274,9 @@ class _Kernel(RowLowering):
             buffers.append(_memref("float32"))
         ftype = ir.FunctionType.get(buffers + [dims_type, index(), index()], [])
         with self.fn.location:
-            fn = func.FuncOp(self.name, ftype)
-            fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-            block = fn.add_entry_block()
-            args = list(block.arguments)
-            n_in = len(self.inputs)
-            self.arg_buffers = args[:n_in]
-            self.out_buffers = args[n_in:n_in + len(self.outputs)]
+            block, args = self._entry_block(self.name, ftype)
             if self.split:
-                self.workspace = args[n_in + len(self.outputs)]
+                self.workspace = args[len(self.inputs) + len(self.outputs)]
             dims_buffer, row_begin, row_end = args[-3:]
             with ir.InsertionPoint(block):
                 self.entry = ir.InsertionPoint(block)
@@ -303,6 +297,18 @@ class _Kernel(RowLowering):
                     memref.dealloc(buf)
                 func.ReturnOp([])
 
+    def _entry_block(self, name: str, ftype: ir.Type) -> tuple[ir.Block, list[ir.Value]]:
+        """A C-interface function ``name`` of ``ftype``: its entry block and arguments, the
+        kernel's input and output buffers bound to the first of them."""
+        fn = func.FuncOp(name, ftype)
+        fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        block = fn.add_entry_block()
+        args = list(block.arguments)
+        n_in = len(self.inputs)
+        self.arg_buffers = args[:n_in]
+        self.out_buffers = args[n_in:n_in + len(self.outputs)]
+        return block, args
+
     def build_epilogue(self, buffers: list[ir.Type], dims_type: ir.Type) -> None:
         """The second function of a ``gemm`` kernel, ``NAME__epilogue`` (the first, the rows
         function, computes the whole kernel where nothing else runs the matmul): the
@@ -318,13 +324,7 @@ class _Kernel(RowLowering):
         ftype = ir.FunctionType.get(buffers + [_memref("float32"), dims_type] + [index()] * 5,
                                     [])
         with self.fn.location:
-            fn = func.FuncOp(self.name + EPILOGUE, ftype)
-            fn.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-            block = fn.add_entry_block()
-            args = list(block.arguments)
-            n_in = len(self.inputs)
-            self.arg_buffers = args[:n_in]
-            self.out_buffers = args[n_in:n_in + len(self.outputs)]
+            block, args = self._entry_block(self.name + EPILOGUE, ftype)
             acc, dims_buffer, row_begin, row_end, col_begin, col_end, ld = args[-7:]
             with ir.InsertionPoint(block):
                 self.entry = ir.InsertionPoint(block)
