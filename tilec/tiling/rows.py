@@ -122,6 +122,8 @@ def _operand_maps(op: Any, rmap: AxisMap) -> list[AxisMap]:
         return [tuple(out)]
     if name == "tile.matmul":
         r = len(res_shape)
+        if r - 1 in rmap:       # rows of a matmul are rows of its lhs, never columns of rhs
+            raise _Unmappable
         lhs = tuple(NONE if a == r - 1 else a for a in rmap)
         rhs = tuple(NONE if a == r - 2 else a for a in rmap)
         return [lhs, rhs]
