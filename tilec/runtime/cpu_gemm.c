@@ -31,8 +31,10 @@
 /* a launch large enough that the pool always shares it */
 #define SHARED_TRAFFIC ((int64_t)1 << 40)
 
+/* next: the accumulators (rows ldc apart) that the next call reads, prefetched one line an
+ * iteration while this one computes (NULL: none) */
 typedef void (*micro_fn)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                         int accumulate);
+                         int accumulate, const float* next);
 
 typedef struct {
   int mr, nr;
@@ -43,8 +45,10 @@ typedef struct {
 
 static V3 void widen(float* dst, const void* src, int dtype, int64_t n) {
   int64_t i = 0;
-  if (dtype == TILEC_GEMM_F32) {
-    memcpy(dst, src, (size_t)n * sizeof(float));
+  if (dtype == TILEC_GEMM_F32) { /* mostly a panel's row of 16 or 32: no call to memcpy */
+    const float* s = (const float*)src;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(s + i));
+    for (; i < n; i++) dst[i] = s[i];
     return;
   }
   const uint16_t* s = (const uint16_t*)src;
@@ -75,8 +79,13 @@ static const void* at(const tilec_gemm_operand* x, int64_t offset) {
 
 /* -- micro-kernels: C[mr x nr] (+)= A panel (kc x mr) * B panel (kc x nr) ------------------- */
 
+/* Line `line` of the next call's mr x nr accumulators, of lines per row each. */
+static inline void prefetch_line(const float* next, int64_t ldc, int64_t line, int lines) {
+  _mm_prefetch((const char*)(next + line / lines * ldc + line % lines * 16), _MM_HINT_T0);
+}
+
 static V3 void micro_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                          int accumulate) {
+                          int accumulate, const float* next) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int i = 0; i < 6; i++) {
@@ -84,6 +93,7 @@ static V3 void micro_6x16(int64_t kc, const float* a, const float* b, float* c, 
     acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < kc; k++, a += 6, b += 16) {
+    if (next != NULL && k < 6) prefetch_line(next, ldc, k, 1);
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < 6; i++) {
@@ -100,7 +110,7 @@ static V3 void micro_6x16(int64_t kc, const float* a, const float* b, float* c, 
 }
 
 static V4 void micro_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                           int accumulate) {
+                           int accumulate, const float* next) {
   __m512 acc[14][2];
 #pragma GCC unroll 14
   for (int i = 0; i < 14; i++) {
@@ -108,6 +118,7 @@ static V4 void micro_14x32(int64_t kc, const float* a, const float* b, float* c,
     acc[i][1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; k++, a += 14, b += 32) {
+    if (next != NULL && k < 28) prefetch_line(next, ldc, k, 2);
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < 14; i++) {
@@ -153,6 +164,8 @@ typedef struct {
   int64_t rows;                   /* rows of a batch (batch * m when B is shared) */
   int64_t m0, m;                  /* the rows of this pass: [m0, m0 + m) */
   int64_t mc, kc, nc;             /* blocks */
+  int64_t ld;                     /* of the accumulators: nc and a line, so that their rows
+                                   * do not all fall in the same cache sets */
   int64_t batch;                  /* the batch being computed */
   int64_t jc, pc, nc_now, kc_now; /* the current block */
   int64_t slice, slices;          /* columns per item, items per row block */
@@ -220,18 +233,18 @@ static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
 
 /* One micro-tile at c (rows x cols of it real), through a full-size buffer at the edges. */
 static void micro_tile(const Gemm* g, const float* ap, const float* bp, float* c, int64_t rows,
-                       int64_t cols, int accumulate) {
+                       int64_t cols, int accumulate, const float* next) {
   int mr = g->u.mr, nr = g->u.nr;
   if (rows == mr && cols == nr) {
-    g->u.micro(g->kc_now, ap, bp, c, g->nc, accumulate);
+    g->u.micro(g->kc_now, ap, bp, c, g->ld, accumulate, next);
     return;
   }
   float edge[MAX_MR * MAX_NR];
   for (int64_t i = 0; i < rows && accumulate; i++)
-    memcpy(edge + i * nr, c + i * g->nc, (size_t)cols * sizeof(float));
-  g->u.micro(g->kc_now, ap, bp, edge, nr, accumulate);
+    memcpy(edge + i * nr, c + i * g->ld, (size_t)cols * sizeof(float));
+  g->u.micro(g->kc_now, ap, bp, edge, nr, accumulate, NULL);
   for (int64_t i = 0; i < rows; i++)
-    memcpy(c + i * g->nc, edge + i * nr, (size_t)cols * sizeof(float));
+    memcpy(c + i * g->ld, edge + i * nr, (size_t)cols * sizeof(float));
 }
 
 static void compute_items(void* ctx, int64_t first, int64_t last) {
@@ -248,12 +261,17 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
     int64_t s1 = s0 + g->slice < g->nc_now ? s0 + g->slice : g->nc_now;
     pack_a(g, ap, i0, rows);
     for (int64_t j = s0; j < s1; j += nr)
-      for (int64_t i = 0; i < rows; i += mr)
-        micro_tile(g, ap + i * g->kc_now, g->bp + j * g->kc_now,
-                   g->acc + (i0 + i) * g->nc + j, rows - i < mr ? rows - i : mr,
-                   s1 - j < nr ? s1 - j : nr, g->pc > 0);
+      for (int64_t i = 0; i < rows; i += mr) {
+        float* c = g->acc + (i0 + i) * g->ld + j;
+        /* the next full tile, when this pass reads the accumulators */
+        const float* next = i + 2 * mr <= rows ? c + mr * g->ld
+                          : j + 2 * nr <= s1 && rows >= mr ? g->acc + i0 * g->ld + j + nr : NULL;
+        micro_tile(g, ap + i * g->kc_now, g->bp + j * g->kc_now, c,
+                   rows - i < mr ? rows - i : mr, s1 - j < nr ? s1 - j : nr, g->pc > 0,
+                   g->pc > 0 ? next : NULL);
+      }
     if (g->pc + g->kc_now >= g->p->k)
-      g->p->epilogue(g->p->ctx, g->acc + i0 * g->nc + s0, g->nc,
+      g->p->epilogue(g->p->ctx, g->acc + i0 * g->ld + s0, g->ld,
                      g->batch * g->rows + g->m0 + i0, g->batch * g->rows + g->m0 + i0 + rows,
                      g->jc + s0, g->jc + s1);
   }
@@ -302,15 +320,18 @@ static int gemm_packed(const tilec_gemm_problem* p) {
     g.rows = p->m * p->batch;
     batches = 1;
   }
-  g.mc = round_up(p->mc > 0 ? p->mc : 336, g.u.mr);
   g.kc = p->kc > 0 ? p->kc : 256;
   g.nc = round_up(p->nc > 0 ? p->nc : 4096, g.u.nr);
   if (g.nc > round_up(p->n, g.u.nr)) g.nc = round_up(p->n, g.u.nr);
   if (g.kc > 4096) g.kc = 4096; /* the packing's line buffers */
-  int64_t pass = round_up(ROWS_PER_PASS, g.mc);
-  if (pass > g.rows) pass = g.rows;
+  /* passes and row blocks of equal size: no thread is left with a short last block */
+  int64_t pass = (g.rows + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  pass = (g.rows + pass - 1) / pass;
+  int64_t most = round_up(p->mc > 0 ? p->mc : 336, g.u.mr), blocks = (pass + most - 1) / most;
+  g.mc = round_up((pass + blocks - 1) / blocks, g.u.mr);
   g.bp = grown(&packed_b, g.nc * g.kc);
-  g.acc = grown(&accumulators, pass * g.nc);
+  g.ld = g.nc + 16;
+  g.acc = grown(&accumulators, pass * g.ld);
   if (g.bp == NULL || g.acc == NULL) return TILEC_ERR_NO_MEMORY;
   for (g.batch = 0; g.batch < batches; g.batch++)
     for (g.m0 = 0; g.m0 < g.rows; g.m0 += pass) {
