@@ -13,7 +13,10 @@
  * it contiguous along K) is read as dot products instead.
  *
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
- * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4.
+ * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
+ * one (bfloat16 operands) where tilec_cpu_amx() says so: a run-time check inside the v4
+ * code, not a code level of its own.  AVX512-BF16's vdpbf16ps is not used: on this
+ * family it retires one every two cycles, half the float32 FMA rate.
  */
 #define _GNU_SOURCE
 #include "cpu_gemm.h"
@@ -26,8 +29,10 @@
 
 #define V3 __attribute__((target("avx2,fma,f16c")))
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
-#define MAX_MR 14
+#define AMX __attribute__((target("amx-tile,amx-bf16")))
+#define MAX_MR 32
 #define MAX_NR 32
+#define AMX_K 32 /* the K of one tile product: 16 pairs of bfloat16 */
 /* a launch large enough that the pool always shares it */
 #define SHARED_TRAFFIC ((int64_t)1 << 40)
 
@@ -36,8 +41,10 @@
 typedef void (*micro_fn)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                          int accumulate, const float* next);
 
+/* pairs: the operands are packed as bfloat16 pairs along K in blocks of AMX_K (AMX's
+ * layout: A's rows of AMX_K elements, B's rows of pairs), not as float32 */
 typedef struct {
-  int mr, nr;
+  int mr, nr, pairs;
   micro_fn micro;
 } Micro;
 
@@ -134,10 +141,58 @@ static V4 void micro_14x32(int64_t kc, const float* a, const float* b, float* c,
   }
 }
 
-static Micro micro_for_cpu(void) {
-  if (tilec_cpu_level() >= 4) return (Micro){14, 32, micro_14x32};
-  return (Micro){6, 16, micro_6x16};
+/* AMX, bfloat16 operands: C[32 x 32] (+)= A panel * B panel in four 16 x 16 float32 tiles.
+ * Per K block of AMX_K, A's panel holds 32 rows of AMX_K elements and B's 16 rows of 32
+ * column pairs (element (k, j) at (k / 2) * 64 + 2 * j + k % 2). */
+static const unsigned char amx_config[64] __attribute__((aligned(64))) = {
+    [0] = 1,                                                      /* palette 1 */
+    [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64, [30] = 64,
+    [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16, [55] = 16};
+
+static AMX void micro_amx_32x32(int64_t kc, const float* a, const float* b, float* c,
+                                int64_t ldc, int accumulate, const float* next) {
+  const uint16_t* ap = (const uint16_t*)a;
+  const uint16_t* bp = (const uint16_t*)b;
+  int64_t stride = ldc * (int64_t)sizeof(float);
+  (void)next;
+  if (accumulate) {
+    _tile_loadd(0, c, stride);
+    _tile_loadd(1, c + 16, stride);
+    _tile_loadd(2, c + 16 * ldc, stride);
+    _tile_loadd(3, c + 16 * ldc + 16, stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t k = 0; k < kc; k += AMX_K, ap += 32 * AMX_K, bp += 32 * AMX_K) {
+    _tile_loadd(4, ap, 64);
+    _tile_loadd(5, ap + 16 * AMX_K, 64);
+    _tile_loadd(6, bp, 128);
+    _tile_loadd(7, bp + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, stride);
+  _tile_stored(1, c + 16, stride);
+  _tile_stored(2, c + 16 * ldc, stride);
+  _tile_stored(3, c + 16 * ldc + 16, stride);
 }
+
+static AMX void amx_begin(void) { _tile_loadconfig(amx_config); }
+static AMX void amx_end(void) { _tile_release(); }
+
+static Micro micro_for(const tilec_gemm_problem* p) {
+  if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16)
+    return (Micro){32, 32, 1, micro_amx_32x32};
+  if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, micro_14x32};
+  return (Micro){6, 16, 0, micro_6x16};
+}
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 /* -- scratch: grown, never shrunk, per thread ----------------------------------------------- */
 
@@ -176,6 +231,52 @@ typedef struct {
 
 static const tilec_gemm_operand* b_of(const Gemm* g) { return &g->p->b; }
 
+/* Floats of a packed panel per row of A or column of B in the current K block. */
+static int64_t kstride(const Gemm* g) {
+  return g->u.pairs ? (g->kc_now + AMX_K - 1) / AMX_K * AMX_K / 2 : g->kc_now;
+}
+
+static uint16_t bits_at(const tilec_gemm_operand* x, int64_t at) {
+  return ((const uint16_t*)x->data)[at];
+}
+
+/* Rows k and k + 1 of a row-major bfloat16 B (ld apart, cols of 32 real, kc of padded real)
+ * interleaved into rows of 32 pairs; zeros past both ends. */
+static V4 void interleave_rows(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
+                               int64_t padded, int64_t cols) {
+  static const uint16_t low[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  __m512i lo = _mm512_loadu_si512(low), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 mask = cols >= 32 ? 0xffffffffu : (1u << cols) - 1;
+  for (int64_t k = 0; k < padded; k += 2, dst += 64) {
+    __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(mask, src + k * ld) : _mm512_setzero_si512();
+    __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + (k + 1) * ld)
+                            : _mm512_setzero_si512();
+    _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(r0, lo, r1));
+    _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+  }
+}
+
+/* The same in pairs: B's element (k, j) of the block at (k / 2) * 2 nr + 2 j + k % 2, zero
+ * past the K block's end and the columns' (cols); the rows of pairs form AMX's tiles. */
+static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t cols) {
+  const tilec_gemm_operand* b = b_of(g);
+  int nr = g->u.nr;
+  int64_t kc = kstride(g) * 2;
+  if (b->col == 1 && nr == 32) {
+    interleave_rows(dst, (const uint16_t*)b->data + base, b->row, g->kc_now, kc, cols);
+    return;
+  }
+  memset(dst, 0, (size_t)(kc * nr) * sizeof(uint16_t));
+  for (int64_t j = 0; j < cols && b->row == 1; j++) /* a transposed B: pairs are contiguous */
+    for (int64_t k = 0; k + 1 < g->kc_now; k += 2)
+      memcpy(dst + k * nr + 2 * j, (const uint16_t*)b->data + base + j * b->col + k, 4);
+  for (int64_t k = b->row == 1 ? g->kc_now / 2 * 2 : 0; k < g->kc_now; k++) {
+    uint16_t* row = dst + k / 2 * 2 * nr + k % 2;
+    for (int64_t j = 0; j < cols; j++) row[2 * j] = bits_at(b, base + k * b->row + j * b->col);
+  }
+}
+
 /* B's rows [pc, pc + kc_now) and columns of panels [first, last) of the block, packed. */
 static void pack_b(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
@@ -183,10 +284,14 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
   int nr = g->u.nr;
   float line[4096];
   for (int64_t panel = first; panel < last; panel++) {
-    float* dst = g->bp + panel * g->kc_now * nr;
+    float* dst = g->bp + panel * kstride(g) * nr;
     int64_t j0 = g->jc + panel * nr;
     int64_t cols = g->p->n - j0 < nr ? g->p->n - j0 : nr;
     int64_t base = g->batch * b->batch + g->pc * b->row + j0 * b->col;
+    if (g->u.pairs) {
+      pack_b_pairs(g, (uint16_t*)dst, base, cols);
+      continue;
+    }
     if (b->col == 1) {
       for (int64_t k = 0; k < g->kc_now; k++) {
         widen(dst + k * nr, at(b, base + k * b->row), b->dtype, cols);
@@ -208,10 +313,43 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
   }
 }
 
+/* A row of n bfloat16 in runs of AMX_K, step apart, zero from n to padded. */
+static V4 void copy_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t padded,
+                         int64_t step) {
+  for (int64_t k = 0; k < padded; k += AMX_K, dst += step) {
+    __mmask32 mask = n - k >= AMX_K ? 0xffffffffu : n <= k ? 0 : (1u << (n - k)) - 1;
+    _mm512_storeu_si512(dst, _mm512_maskz_loadu_epi16(mask, src + k));
+  }
+}
+
+/* The same in pairs: per K block of AMX_K, a panel's rows of AMX_K elements, zero past the
+ * K block's end and the rows. */
+static void pack_a_pairs(const Gemm* g, uint16_t* dst, int64_t i0, int64_t rows) {
+  const tilec_gemm_operand* a = &g->p->a;
+  int mr = g->u.mr;
+  int64_t kc = kstride(g) * 2;
+  if (a->col != 1 || rows % mr != 0)
+    memset(dst, 0, (size_t)(round_up(rows, mr) * kc) * sizeof(uint16_t));
+  for (int64_t i = 0; i < rows; i++) {
+    uint16_t* panel = dst + (i / mr) * kc * mr + i % mr * AMX_K;
+    int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc * a->col;
+    if (a->col == 1) {
+      copy_runs(panel, (const uint16_t*)a->data + base, g->kc_now, kc, mr * AMX_K);
+      continue;
+    }
+    for (int64_t k = 0; k < g->kc_now; k++)
+      panel[k / AMX_K * mr * AMX_K + k % AMX_K] = bits_at(a, base + k * a->col);
+  }
+}
+
 /* A's rows [i0, i0 + rows) and columns [pc, pc + kc_now), packed into panels MR high. */
 static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
   const tilec_gemm_operand* a = &g->p->a;
   int mr = g->u.mr;
+  if (g->u.pairs) {
+    pack_a_pairs(g, (uint16_t*)dst, i0, rows);
+    return;
+  }
   float line[4096];
   int64_t kc = g->kc_now;
   for (int64_t i = 0; i < rows; i++) {
@@ -250,11 +388,12 @@ static void micro_tile(const Gemm* g, const float* ap, const float* bp, float* c
 static void compute_items(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   int mr = g->u.mr, nr = g->u.nr;
-  float* ap = grown(&packed_a, g->mc * g->kc);
+  float* ap = grown(&packed_a, g->mc * round_up(g->kc, AMX_K));
   if (ap == NULL) {
     __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
     return;
   }
+  if (g->u.pairs) amx_begin();
   for (int64_t item = first; item < last; item++) {
     int64_t i0 = item / g->slices * g->mc, s0 = item % g->slices * g->slice;
     int64_t rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
@@ -266,7 +405,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
         /* the next full tile, when this pass reads the accumulators */
         const float* next = i + 2 * mr <= rows ? c + mr * g->ld
                           : j + 2 * nr <= s1 && rows >= mr ? g->acc + i0 * g->ld + j + nr : NULL;
-        micro_tile(g, ap + i * g->kc_now, g->bp + j * g->kc_now, c,
+        micro_tile(g, ap + i * kstride(g), g->bp + j * kstride(g), c,
                    rows - i < mr ? rows - i : mr, s1 - j < nr ? s1 - j : nr, g->pc > 0,
                    g->pc > 0 ? next : NULL);
       }
@@ -275,6 +414,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
                      g->batch * g->rows + g->m0 + i0, g->batch * g->rows + g->m0 + i0 + rows,
                      g->jc + s0, g->jc + s1);
   }
+  if (g->u.pairs) amx_end();
 }
 
 /* Items: row blocks by column slices, at least four per thread where the block allows. */
@@ -288,8 +428,6 @@ static void plan_items(Gemm* g) {
   g->slice = panels_per_slice * g->u.nr;
   g->slices = (g->nc_now + g->slice - 1) / g->slice;
 }
-
-static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 static int gemm_batch(Gemm* g) {
   const tilec_gemm_problem* p = g->p;
@@ -314,7 +452,7 @@ static int gemm_batch(Gemm* g) {
 #define ROWS_PER_PASS 2048
 
 static int gemm_packed(const tilec_gemm_problem* p) {
-  Gemm g = {.p = p, .u = micro_for_cpu(), .rows = p->m};
+  Gemm g = {.p = p, .u = micro_for(p), .rows = p->m};
   int64_t batches = p->batch;
   if (p->b.batch == 0 && p->a.batch == p->m * p->a.row) { /* one problem of batch * m rows */
     g.rows = p->m * p->batch;
@@ -329,7 +467,7 @@ static int gemm_packed(const tilec_gemm_problem* p) {
   pass = (g.rows + pass - 1) / pass;
   int64_t most = round_up(p->mc > 0 ? p->mc : 336, g.u.mr), blocks = (pass + most - 1) / most;
   g.mc = round_up((pass + blocks - 1) / blocks, g.u.mr);
-  g.bp = grown(&packed_b, g.nc * g.kc);
+  g.bp = grown(&packed_b, g.nc * round_up(g.kc, AMX_K));
   g.ld = g.nc + 16;
   g.acc = grown(&accumulators, pass * g.ld);
   if (g.bp == NULL || g.acc == NULL) return TILEC_ERR_NO_MEMORY;

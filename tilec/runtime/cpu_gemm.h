@@ -10,7 +10,9 @@
  * The BLIS structure: a block of B (kc x nc) packed into NR-wide panels shared by the
  * threads, a block of A (mc x kc) packed into MR-high panels per thread, a register-tiled
  * FMA micro-kernel (x86-64-v3: 6 x 16, x86-64-v4: 14 x 32) over them; float16/bfloat16
- * widened while packing.  A small M (at most TILEC_GEMM_SMALL_M rows) streams B once from
+ * widened while packing, except where both operands are bfloat16 and the CPU has AMX
+ * (tilec_cpu_amx): then they are packed as bfloat16 pairs into AMX's tile layout and a
+ * 32 x 32 tile kernel accumulates in float32.  A small M (at most TILEC_GEMM_SMALL_M rows) streams B once from
  * where it is instead, without packing.
  */
 #ifndef TILEC_CPU_GEMM_H

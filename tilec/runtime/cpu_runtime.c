@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#endif
 
 enum { CHUNKS_PER_THREAD = 4 };
 #define INLINE_BYTES ((int64_t)256 << 10) /* a smaller launch runs on the caller alone */
@@ -112,6 +116,29 @@ int tilec_cpu_level(void) {
 int tilec_cpu_level_lowered(void) {
   pthread_once(&level_once, find_cpu_level);
   return cpu_level_lowered;
+}
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static int cpu_amx;
+
+/* AMX's tile data is a state Linux gives a process only when it asks for it once
+ * (arch_prctl ARCH_REQ_XCOMP_PERM); any TILEC_CPU turns it off. */
+static void find_amx(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (tilec_cpu_level() < 4 || getenv("TILEC_CPU") != NULL) return;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+  if (!(d & (1u << 22)) || !(d & (1u << 24))) return; /* AMX-BF16, AMX-TILE */
+  unsigned low, high;
+  __asm__("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+  if ((low & (3u << 17)) != (3u << 17)) return; /* the OS saves TILECFG and TILEDATA */
+  cpu_amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#endif
+}
+
+int tilec_cpu_amx(void) {
+  pthread_once(&amx_once, find_amx);
+  return cpu_amx;
 }
 
 static void run_chunks(const Launch* launch) {

@@ -44,6 +44,10 @@ int tilec_num_threads(void);
  * 3, "x86-64-v2" to 2 (to try a library on a CPU without AVX2). */
 int tilec_cpu_level(void);
 int tilec_cpu_level_lowered(void); /* whether TILEC_CPU lowered it */
+/* Whether the CPU's AMX runs bfloat16 tile products for this process (x86-64-v4 with
+ * AMX-TILE and AMX-BF16, the OS granting the tile state); 0 whenever TILEC_CPU is set, so
+ * that TILEC_CPU=x86-64-v4 runs the AVX-512 code alone. */
+int tilec_cpu_amx(void);
 
 /* Set this thread's error message (printf-style) and return code. */
 int tilec_fail(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));
