@@ -245,3 +245,13 @@ def test_many_rows_run_in_passes(lib):
     x 1000 rows sharing one weight, and 2100 plain rows."""
     agrees(lib, "shared", 1000, 40, 30)
     agrees(lib, "plain", 2100, 9, 17)
+
+
+def test_every_small_m_streams_each_column_group(lib):
+    """M = 1..16 (the streamed path): all M rows' accumulators of a group of columns held in
+    registers over K in chunks of 64 (groups of 8, 4, 2 or 1 vectors by M), the vectors
+    left over and the columns past the last vector the plain way: N = 200 and K = 130
+    leave some of each; float32 and bfloat16 weights."""
+    for m in range(1, 17):
+        agrees(lib, "plain", m, 200, 130)
+        agrees(lib, "bf16_shared", m, 200, 130)

@@ -494,27 +494,88 @@ typedef struct {
 #define STREAM_ACC 4096
 #define STREAM_AHEAD 4 /* rows of B prefetched ahead of the one being read */
 
+#define STREAM_CHUNK 64 /* rows of K over which a group of columns stays in registers */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) {
+  if (dtype == TILEC_GEMM_F32) return _mm512_loadu_ps((const float*)line + 16 * v);
+  __m256i h = _mm256_loadu_si256((const __m256i*)line + v);
+  if (dtype == TILEC_GEMM_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Vectors [v, v + NV) of a slice's columns (B's element (0, j0) at col0) over K rows
+ * [k0, k1), for R = m rows: the R x NV accumulators stay in registers, each line of B is
+ * loaded once, and the same columns one chunk further are fetched into L2 meanwhile.
+ * Inlined with constant R and NV, so that the arrays become registers. */
+static ALWAYS_INLINE V4 void stream_group(const Stream* s, const char* col0, int64_t v,
+                                          int64_t k0, int64_t k1, float* acc, const int R,
+                                          const int NV) {
+  const tilec_gemm_operand* b = &s->p->b;
+  int64_t row = b->row * element_bytes(b->dtype), vbytes = 16 * element_bytes(b->dtype);
+  int64_t kk = s->p->k;
+  __m512 c[R][NV];
+  for (int i = 0; i < R; i++)
+    for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * s->width + 16 * (v + u));
+  for (int64_t k = k0; k < k1; k++) {
+    const char* line = col0 + k * row;
+    if (k + STREAM_CHUNK < kk)
+      for (int u = 0; u < NV * vbytes; u += 64)
+        _mm_prefetch(line + STREAM_CHUNK * row + v * vbytes + u, _MM_HINT_T1);
+    __m512 bv[NV];
+    for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, b->dtype);
+    for (int i = 0; i < R; i++) {
+      __m512 ai = _mm512_set1_ps(s->a[i * kk + k]);
+      for (int u = 0; u < NV; u++) c[i][u] = _mm512_fmadd_ps(ai, bv[u], c[i][u]);
+    }
+  }
+  for (int i = 0; i < R; i++)
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * s->width + 16 * (v + u), c[i][u]);
+}
+
+/* vectors per group for R rows: R x NV accumulators, NV vectors of B and a broadcast in the
+ * 32 registers */
+#define GROUP_NV(R) ((R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
+#define GROUP_CASE(R) \
+  case R: stream_group(s, col0, v, k0, k1, acc, R, GROUP_NV(R)); break;
+
+/* The first of a slice's vectors (all but fewer than a group) by stream_group; returns how
+ * many it took. */
+static V4 int64_t stream_groups_v4(const Stream* s, int64_t j0, int64_t vectors, float* acc) {
+  const tilec_gemm_operand* b = &s->p->b;
+  const char* col0 = at(b, s->batch * b->batch + j0);
+  int64_t m = s->p->m, nv = GROUP_NV(m), full = vectors / nv * nv;
+  for (int64_t k0 = 0; k0 < s->p->k; k0 += STREAM_CHUNK) {
+    int64_t k1 = s->p->k - k0 < STREAM_CHUNK ? s->p->k : k0 + STREAM_CHUNK;
+    for (int64_t v = 0; v < full; v += nv) {
+      switch (m) {
+        GROUP_CASE(1) GROUP_CASE(2) GROUP_CASE(3) GROUP_CASE(4) GROUP_CASE(5) GROUP_CASE(6)
+        GROUP_CASE(7) GROUP_CASE(8) GROUP_CASE(9) GROUP_CASE(10) GROUP_CASE(11)
+        GROUP_CASE(12) GROUP_CASE(13) GROUP_CASE(14) GROUP_CASE(15) GROUP_CASE(16)
+        default: return 0;
+      }
+    }
+  }
+  return full;
+}
+
 /* acc[i][j] (+)= sum_k a[i][k] * B[k][j] for rows i < m and columns j of one slice, B rows
- * contiguous: each line of B read once, against every row of A. */
+ * contiguous: each line of B read once, against every row of A; the vectors that
+ * stream_groups_v4 leaves, and the columns past the last vector. */
 static V4 void stream_rows_v4(const Stream* s, int64_t j0, int64_t cols, float* acc) {
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
   int64_t m = p->m, vectors = cols / 16;
   for (int64_t i = 0; i < m * s->width; i++) acc[i] = 0.0f;
+  int64_t first = stream_groups_v4(s, j0, vectors, acc);
+  if (first == vectors && cols == vectors * 16) return;
   for (int64_t k = 0; k < p->k; k++) {
     const void* line = at(b, s->batch * b->batch + k * b->row + j0);
     const char* ahead = k + STREAM_AHEAD < p->k ? (const char*)at(b, s->batch * b->batch +
                         (k + STREAM_AHEAD) * b->row + j0) : NULL;
-    for (int64_t v = 0; v < vectors; v++) {
+    for (int64_t v = first; v < vectors; v++) {
       if (ahead != NULL) _mm_prefetch(ahead + 64 * v, _MM_HINT_T0);
-      __m512 bv;
-      if (b->dtype == TILEC_GEMM_F32)
-        bv = _mm512_loadu_ps((const float*)line + 16 * v);
-      else if (b->dtype == TILEC_GEMM_F16)
-        bv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)line + v));
-      else
-        bv = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)line + v)), 16));
+      __m512 bv = b_vector(line, v, b->dtype);
       for (int64_t i = 0; i < m; i++) {
         float* c = acc + i * s->width + 16 * v;
         __m512 ai = _mm512_set1_ps(s->a[i * p->k + k]);
