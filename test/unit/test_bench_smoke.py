@@ -83,3 +83,22 @@ def test_quick_gemm_bench_prints_its_table(tmp_path):
         cells = row.strip("| ").split(" | ")
         assert re.fullmatch(NUMBER, cells[5]) and re.fullmatch(rf"{NUMBER}%", cells[6]), row
     assert re.search(r"the epilogue adds -?\d+\.\d%", out)
+
+
+def test_gemm_bench_runs_the_shapes_and_dtypes_it_is_given(tmp_path):
+    """``--shapes`` and ``--dtypes`` replace the run's cases, ``--no-fused`` drops the fused
+    layer's line; a malformed shape is a usage error naming it, not a traceback."""
+    env = {**os.environ, "TILEC_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-c", "import sys; from tilec.bench.gemm import main; "
+               "sys.exit(main())", "--no-torch", "--no-fused", "--repeat", "1"]
+    done = subprocess.run(command + ["--shapes", "8x16x24,3x5x7", "--dtypes", "float16"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [ln.split(" | ")[:4] for ln in done.stdout.splitlines()
+            if re.match(r"\| \d+ \| \d+ \| \d+ \| \w+ \| ", ln)]
+    assert rows == [["| 8", "16", "24", "float16"], ["| 3", "5", "7", "float16"]]
+    assert "gelu" not in done.stdout
+    bad = subprocess.run(command + ["--shapes", "8x16"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert bad.returncode == 2 and "shape '8x16' is not MxNxK" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -14,7 +14,8 @@ Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512,
 as the code tilec runs) x 2 flops x the clock (``cpu MHz`` of /proc/cpuinfo, the nominal
 clock; turbo makes real peaks higher, so the fraction is an upper bound).
 
-    tilec bench --ops gemm [--full] [--quick] [--no-torch] [-o FILE]
+    tilec bench --ops gemm [--full] [--quick] [--no-torch] [--dtypes D,..] [--shapes MxNxK,..]
+                           [--no-fused] [--repeat N] [-o FILE]
 
 The default run is short (square 1024 and 2048, M in {1, 16, 128, 2048} at K = N = 4096, the
 fused layer at M = 2048, float32 and bfloat16); ``--full`` runs every shape and dtype of the
@@ -54,14 +55,38 @@ LLM_KN = ((4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336))
 Case = tuple[int, int, int, str]     # m, n, k, dtype
 
 
-def cases(full: bool, quick: bool) -> list[Case]:
+def cases(full: bool, quick: bool, dtypes: Optional[Sequence[str]] = None,
+          shapes: Optional[Sequence[tuple[int, int, int]]] = None) -> list[Case]:
+    """The run's cases; ``dtypes`` and ``shapes`` (M, N, K), where given, replace the run's
+    own."""
     if quick:
         return [(64, 64, 64, "float32"), (1, 96, 80, "bfloat16"), (20, 48, 40, "float16")]
     if full:
-        shapes = [(s, s, s) for s in SQUARE] + [(m, n, k) for m in LLM_M for k, n in LLM_KN]
-        return [(m, n, k, d) for d in DTYPES for m, n, k in shapes]
-    shapes = [(1024, 1024, 1024), (2048, 2048, 2048)] + [(m, 4096, 4096) for m in LLM_M]
-    return [(m, n, k, d) for d in ("float32", "bfloat16") for m, n, k in shapes]
+        own = [(s, s, s) for s in SQUARE] + [(m, n, k) for m in LLM_M for k, n in LLM_KN]
+        kinds: Sequence[str] = list(DTYPES)
+    else:
+        own = [(1024, 1024, 1024), (2048, 2048, 2048)] + [(m, 4096, 4096) for m in LLM_M]
+        kinds = ("float32", "bfloat16")
+    return [(m, n, k, d) for d in dtypes or kinds for m, n, k in shapes or own]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``MxNxK,MxNxK,...``; argparse's error naming the text otherwise."""
+    shapes = []
+    for part in text.split(","):
+        dims = part.lower().split("x")
+        if len(dims) != 3 or not all(d.isdigit() and int(d) >= 1 for d in dims):
+            raise argparse.ArgumentTypeError(f"shape '{part}' is not MxNxK (positive integers)")
+        shapes.append((int(dims[0]), int(dims[1]), int(dims[2])))
+    return shapes
+
+
+def parse_dtypes(text: str) -> list[str]:
+    kinds = text.split(",")
+    for kind in kinds:
+        if kind not in DTYPES:
+            raise argparse.ArgumentTypeError(f"dtype '{kind}' is not one of {', '.join(DTYPES)}")
+    return kinds
 
 
 def best(run: Callable[[], Any], repeat: int) -> float:
@@ -187,12 +212,26 @@ def ratio(peer: Optional[float], mine: float) -> str:
     return "—" if peer is None else f"{peer * 1e3:.3g} ({peer / mine:.2f}×)"
 
 
+def amx_line(level: str) -> str:
+    """Whether tilec's bfloat16 x bfloat16 products run on AMX: the CPU flags of
+    /proc/cpuinfo and TILEC_CPU unset, as the runtime decides (tilec_cpu_amx)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    amx = (level == "x86-64-v4" and "amx_bf16" in flags and "amx_tile" in flags
+           and "TILEC_CPU" not in os.environ)
+    return ("bfloat16 x bfloat16 runs on AMX tiles (its % of peak is of the FMA peak, so it "
+            "may pass 100%)" if amx else "bfloat16 widened to float32 (no AMX)")
+
+
 def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, peak: tuple,
            copy: float) -> str:
     lines = [f"# tilec GEMM benchmark, {time.strftime('%Y-%m-%d %H:%M')}", "",
              f"CPU code: {level}; {platform.processor() or platform.machine()}, "
              f"{len(os.sched_getaffinity(0))} CPUs; peak {peak[0]:.0f} GFLOP/s ({peak[1]}); "
-             f"copy {copy:.1f} GB/s (read + write).  Best of the timed calls, outputs "
+             f"copy {copy:.1f} GB/s (read + write); {amx_line(level)}; load average "
+             f"{os.getloadavg()[0]:.1f} at the end.  Best of the timed calls, outputs "
              "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
              "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
              "| torch.matmul | torch.matmul f32 | NumPy |",
@@ -223,6 +262,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test")
     p.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
+    p.add_argument("--dtypes", type=parse_dtypes, help="comma-separated: float32,bfloat16,"
+                   "float16 (default: the run's own)")
+    p.add_argument("--shapes", type=parse_shapes, help="MxNxK,... (default: the run's own)")
+    p.add_argument("--no-fused", action="store_true", help="leave out the fused layer")
     p.add_argument("-o", dest="output", help="also write the report here")
     args = p.parse_args(argv)
     lib = tilec.compile_string(SOURCE, "gemm_bench.tile")
@@ -230,9 +273,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     peers = Peers(not args.no_torch)
     rng = np.random.default_rng(0)
     rows = [(c, time_case(lib, peers, c, args.repeat, rng, not args.quick))
-            for c in cases(args.full, args.quick)]
+            for c in cases(args.full, args.quick, args.dtypes, args.shapes)]
     shape = (32, 64, 48) if args.quick else (2048, 4096, 4096)
-    fused = (shape, time_fused(lib, peers, *shape, args.repeat, rng))
+    fused = None if args.no_fused else (shape, time_fused(lib, peers, *shape, args.repeat, rng))
     lanes = 16 if level == "x86-64-v4" else 8
     copy = copy_gbps(1 << 20 if args.quick else 256 << 20, args.repeat)
     text = report(rows, fused, level, peak_gflops(lanes), copy)
