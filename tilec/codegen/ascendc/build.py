@@ -69,10 +69,12 @@ def build_sim(sources: Sources, cc: str, cxx: str, soname: str) -> bytes:
         c_inputs = prepare(work, sources.host, ASCEND_RUNTIME)
         (work / sources.kernels_file).write_text(sources.kernels)
         (work / "launch.cpp").write_text(sources.launch)
-        (work / "twin.o").write_bytes(twin_object(tuple(cxx_command)))
+        twin = twin_objects(tuple(cxx_command))
+        for name, data in twin.items():
+            (work / name).write_bytes(data)
         compile_in(work, [*c_command, *OBJECT_FLAGS, "-c", *c_inputs], "C")
         library = work / "library.so"
-        objects = [Path(name).with_suffix(".o").name for name in c_inputs] + ["twin.o"]
+        objects = [Path(name).with_suffix(".o").name for name in c_inputs] + sorted(twin)
         compile_in(work, [*cxx_command, *CXXFLAGS, *KERNEL_FLAGS, f"-I{work}", "-o",
                           str(library), "launch.cpp", *objects, *library_flags(soname), "-lm"],
                    "C++")
@@ -80,14 +82,15 @@ def build_sim(sources: Sources, cc: str, cxx: str, soname: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def twin_object(cxx: tuple[str, ...]) -> bytes:
-    """The twin's runtime compiled by ``cxx``: once per process, it is the slow half of
-    every ascend-sim build."""
+def twin_objects(cxx: tuple[str, ...]) -> dict[str, bytes]:
+    """The twin's runtime compiled by ``cxx`` (object file name -> bytes): once per process,
+    it is the slow half of every ascend-sim build."""
     with tempfile.TemporaryDirectory(prefix="tilec-twin-") as tmp:
         work = Path(tmp)
-        compile_in(work, [*cxx, *CXXFLAGS, *OBJECT_FLAGS, "-c", *map(str, RUNTIME_SOURCES),
-                          "-o", "twin.o"], "C++")
-        return (work / "twin.o").read_bytes()
+        compile_in(work, [*cxx, *CXXFLAGS, *OBJECT_FLAGS, "-c", *map(str, RUNTIME_SOURCES)],
+                   "C++")
+        names = [f"{Path(source).stem}.o" for source in RUNTIME_SOURCES]
+        return {name: (work / name).read_bytes() for name in names}
 
 
 # ---------------------------------------------------------------------------------------------

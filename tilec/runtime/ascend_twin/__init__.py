@@ -6,5 +6,5 @@ Generated Ascend C compiles unchanged with ``g++ -std=c++17 -I INCLUDE_DIR`` and
 from pathlib import Path
 
 INCLUDE_DIR = Path(__file__).resolve().parent
-RUNTIME_SOURCES = (INCLUDE_DIR / "twin_runtime.cpp",)
+RUNTIME_SOURCES = (INCLUDE_DIR / "twin_runtime.cpp", INCLUDE_DIR / "twin_cube.cpp")
 CXXFLAGS = ("-std=c++17", f"-I{INCLUDE_DIR}")

@@ -17,10 +17,17 @@
 #include <cstring>
 #include <type_traits>
 
+#include "twin_cube.h"
 #include "twin_state.h"
 
 #define __global__
 #define __aicore__
+/* A mixed kernel (one AIC, two AIVs per block on Atlas A2): the host launches it with
+ * ASCEND_TWIN_LAUNCH_MIX, and the code of each side runs under ASCEND_IS_AIC / ASCEND_IS_AIV. */
+#define __mix__(cube, vector)
+#define KERNEL_TASK_TYPE_DEFAULT(type)
+#define ASCEND_IS_AIC (::tilec_twin::core_kind() == ::tilec_twin::CORE_AIC)
+#define ASCEND_IS_AIV (::tilec_twin::core_kind() != ::tilec_twin::CORE_AIC)
 #define __gm__
 #define __ubuf__
 #define GM_ADDR uint8_t*
@@ -78,7 +85,19 @@ enum class HardEvent : uint8_t {
   S_MTE2,
   MTE2_S,
   S_MTE3,
-  MTE3_S
+  MTE3_S,
+  MTE2_MTE1,
+  MTE1_MTE2,
+  MTE1_M,
+  M_MTE1,
+  MTE2_M,
+  M_MTE2,
+  M_FIX,
+  FIX_M,
+  FIX_MTE2,
+  MTE2_FIX,
+  FIX_S,
+  S_FIX
 };
 using TEventID = int8_t;
 
@@ -140,57 +159,93 @@ namespace twin_detail {
 
 namespace tw = ::tilec_twin;
 
-constexpr tw::Pipe event_src(HardEvent e) {
-  switch (e) {
-    case HardEvent::MTE2_V:
-    case HardEvent::MTE2_MTE3:
-    case HardEvent::MTE2_S: return tw::PIPE_TWIN_MTE2;
-    case HardEvent::V_MTE2:
-    case HardEvent::V_MTE3:
-    case HardEvent::V_S: return tw::PIPE_TWIN_V;
-    case HardEvent::MTE3_V:
-    case HardEvent::MTE3_MTE2:
-    case HardEvent::MTE3_S: return tw::PIPE_TWIN_MTE3;
-    default: return tw::PIPE_TWIN_S;
-  }
+struct EventPipes {
+  tw::Pipe src, dst;
+  const char* name;
+};
+/* In HardEvent's order. */
+constexpr EventPipes EVENTS[] = {
+    {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_V, "MTE2_V"},     {tw::PIPE_TWIN_V, tw::PIPE_TWIN_MTE2, "V_MTE2"},
+    {tw::PIPE_TWIN_MTE3, tw::PIPE_TWIN_V, "MTE3_V"},     {tw::PIPE_TWIN_V, tw::PIPE_TWIN_MTE3, "V_MTE3"},
+    {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_MTE3, "MTE2_MTE3"},
+    {tw::PIPE_TWIN_MTE3, tw::PIPE_TWIN_MTE2, "MTE3_MTE2"},
+    {tw::PIPE_TWIN_S, tw::PIPE_TWIN_V, "S_V"},           {tw::PIPE_TWIN_V, tw::PIPE_TWIN_S, "V_S"},
+    {tw::PIPE_TWIN_S, tw::PIPE_TWIN_MTE2, "S_MTE2"},     {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_S, "MTE2_S"},
+    {tw::PIPE_TWIN_S, tw::PIPE_TWIN_MTE3, "S_MTE3"},     {tw::PIPE_TWIN_MTE3, tw::PIPE_TWIN_S, "MTE3_S"},
+    {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_MTE1, "MTE2_MTE1"},
+    {tw::PIPE_TWIN_MTE1, tw::PIPE_TWIN_MTE2, "MTE1_MTE2"},
+    {tw::PIPE_TWIN_MTE1, tw::PIPE_TWIN_M, "MTE1_M"},     {tw::PIPE_TWIN_M, tw::PIPE_TWIN_MTE1, "M_MTE1"},
+    {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_M, "MTE2_M"},     {tw::PIPE_TWIN_M, tw::PIPE_TWIN_MTE2, "M_MTE2"},
+    {tw::PIPE_TWIN_M, tw::PIPE_TWIN_FIX, "M_FIX"},       {tw::PIPE_TWIN_FIX, tw::PIPE_TWIN_M, "FIX_M"},
+    {tw::PIPE_TWIN_FIX, tw::PIPE_TWIN_MTE2, "FIX_MTE2"},
+    {tw::PIPE_TWIN_MTE2, tw::PIPE_TWIN_FIX, "MTE2_FIX"},
+    {tw::PIPE_TWIN_FIX, tw::PIPE_TWIN_S, "FIX_S"},       {tw::PIPE_TWIN_S, tw::PIPE_TWIN_FIX, "S_FIX"},
+};
+constexpr tw::Pipe twin_pipe(pipe_t p) {
+  return p == PIPE_S      ? tw::PIPE_TWIN_S
+         : p == PIPE_V    ? tw::PIPE_TWIN_V
+         : p == PIPE_MTE2 ? tw::PIPE_TWIN_MTE2
+         : p == PIPE_MTE3 ? tw::PIPE_TWIN_MTE3
+         : p == PIPE_MTE1 ? tw::PIPE_TWIN_MTE1
+         : p == PIPE_M    ? tw::PIPE_TWIN_M
+                          : tw::PIPE_TWIN_FIX;
 }
-constexpr tw::Pipe event_dst(HardEvent e) {
-  switch (e) {
-    case HardEvent::MTE2_V:
-    case HardEvent::MTE3_V:
-    case HardEvent::S_V: return tw::PIPE_TWIN_V;
-    case HardEvent::V_MTE2:
-    case HardEvent::MTE3_MTE2:
-    case HardEvent::S_MTE2: return tw::PIPE_TWIN_MTE2;
-    case HardEvent::V_MTE3:
-    case HardEvent::MTE2_MTE3:
-    case HardEvent::S_MTE3: return tw::PIPE_TWIN_MTE3;
-    default: return tw::PIPE_TWIN_S;
-  }
-}
-constexpr const char* event_name(HardEvent e) {
-  constexpr const char* names[] = {"MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "MTE2_MTE3", "MTE3_MTE2",
-                                   "S_V",    "V_S",    "S_MTE2", "MTE2_S", "S_MTE3",    "MTE3_S"};
-  return names[int(e)];
-}
+constexpr tw::Pipe event_src(HardEvent e) { return EVENTS[int(e)].src; }
+constexpr tw::Pipe event_dst(HardEvent e) { return EVENTS[int(e)].dst; }
+constexpr const char* event_name(HardEvent e) { return EVENTS[int(e)].name; }
 constexpr const char* position_name(TPosition p) {
   switch (p) {
     case TPosition::VECIN: return "VECIN";
     case TPosition::VECOUT: return "VECOUT";
     case TPosition::VECCALC: return "VECCALC";
+    case TPosition::A1: return "A1";
+    case TPosition::B1: return "B1";
+    case TPosition::A2: return "A2";
+    case TPosition::B2: return "B2";
+    case TPosition::CO1: return "CO1";
     default: return "?";
   }
 }
 constexpr bool vector_position(TPosition p) {
   return p == TPosition::VECIN || p == TPosition::VECOUT || p == TPosition::VECCALC;
 }
+constexpr bool modelled_position(TPosition p) {
+  return vector_position(p) || p == TPosition::A1 || p == TPosition::B1 || p == TPosition::A2 ||
+         p == TPosition::B2 || p == TPosition::CO1;
+}
+/* The memory of a position: A1/B1 L1, A2 L0A, B2 L0B, CO1 L0C, the vector ones UB. */
+constexpr tw::Mem mem_of(TPosition p) {
+  return p == TPosition::A1 || p == TPosition::B1 ? tw::MEM_L1
+         : p == TPosition::A2                     ? tw::MEM_L0A
+         : p == TPosition::B2                     ? tw::MEM_L0B
+         : p == TPosition::CO1                    ? tw::MEM_L0C
+                                                  : tw::MEM_UB;
+}
 /* Who fills a queue's tensors and who empties them: copies in fill VECIN, vector code fills
- * VECOUT/VECCALC; vector code reads VECIN/VECCALC, copies out read VECOUT. */
+ * VECOUT/VECCALC; vector code reads VECIN/VECCALC, copies out read VECOUT.  On the cube core
+ * MTE2 fills A1/B1 and MTE1 reads them into A2/B2, which Mmad (M) reads; M fills CO1 and
+ * Fixpipe (FIX) empties it. */
 constexpr tw::Pipe producer_of(TPosition src) {
-  return src == TPosition::VECIN ? tw::PIPE_TWIN_MTE2 : tw::PIPE_TWIN_V;
+  switch (src) {
+    case TPosition::VECIN:
+    case TPosition::A1:
+    case TPosition::B1: return tw::PIPE_TWIN_MTE2;
+    case TPosition::A2:
+    case TPosition::B2: return tw::PIPE_TWIN_MTE1;
+    case TPosition::CO1: return tw::PIPE_TWIN_M;
+    default: return tw::PIPE_TWIN_V;
+  }
 }
 constexpr tw::Pipe consumer_of(TPosition dst) {
-  return dst == TPosition::VECOUT ? tw::PIPE_TWIN_MTE3 : tw::PIPE_TWIN_V;
+  switch (dst) {
+    case TPosition::VECOUT: return tw::PIPE_TWIN_MTE3;
+    case TPosition::A1:
+    case TPosition::B1: return tw::PIPE_TWIN_MTE1;
+    case TPosition::A2:
+    case TPosition::B2: return tw::PIPE_TWIN_M;
+    case TPosition::CO1: return tw::PIPE_TWIN_FIX;
+    default: return tw::PIPE_TWIN_V;
+  }
 }
 
 template <typename T>
@@ -308,8 +363,10 @@ class GlobalTensor {
 /* --- queues and buffers --- */
 template <TPosition src, TPosition dst, int32_t depth, auto mask = 0>
 class TQueBind {
-  static_assert(twin_detail::vector_position(src) && twin_detail::vector_position(dst),
-                "the twin models the vector positions VECIN, VECOUT and VECCALC only");
+  static_assert(twin_detail::modelled_position(src) && twin_detail::modelled_position(dst),
+                "the twin models the positions VECIN, VECOUT, VECCALC, A1, B1, A2, B2, CO1");
+  static_assert(twin_detail::mem_of(src) == twin_detail::mem_of(dst),
+                "the twin models TQueBind within one memory only");
   static_assert(depth >= 1, "queue depth must be at least 1");
 
  public:
@@ -354,7 +411,7 @@ class TQueBind {
                     twin_detail::position_name(dst), int(depth));
     id_ = tilec_twin::que_init("InitBuffer", loc, pipe, id_, kind, depth,
                                twin_detail::producer_of(src), twin_detail::consumer_of(dst), num,
-                               len);
+                               len, twin_detail::mem_of(src));
   }
 
  private:
@@ -367,8 +424,8 @@ class TQue : public TQueBind<pos, pos, depth, mask> {};
 
 template <TPosition pos = TPosition::LCM>
 class TBuf {
-  static_assert(twin_detail::vector_position(pos),
-                "the twin models the vector positions VECIN, VECOUT and VECCALC only");
+  static_assert(twin_detail::modelled_position(pos),
+                "the twin models the positions VECIN, VECOUT, VECCALC, A1, B1, A2, B2, CO1");
 
  public:
   TBuf() = default;
@@ -390,8 +447,9 @@ class TBuf {
   void twin_init(int pipe, uint64_t len, TwinLoc loc) {
     char kind[32];
     std::snprintf(kind, sizeof kind, "TBuf<%s>", twin_detail::position_name(pos));
-    id_ = tilec_twin::tbuf_init("InitBuffer", loc, pipe, id_, kind, len);
-    bytes_ = (len + 31) / 32 * 32;
+    id_ = tilec_twin::tbuf_init("InitBuffer", loc, pipe, id_, kind, len, twin_detail::mem_of(pos));
+    const uint32_t g = tilec_twin::MEM_GRANULE[twin_detail::mem_of(pos)];
+    bytes_ = (len + g - 1) / g * g;
   }
 
  private:
@@ -456,6 +514,8 @@ inline TPipe* GetTPipePtr() { return twin_detail::current_pipe; }
 
 inline int64_t GetBlockIdx() { return tilec_twin::block_idx(); }
 inline int64_t GetBlockNum() { return tilec_twin::block_num(); }
+inline int64_t GetSubBlockIdx() { return tilec_twin::sub_block_idx(); }
+inline int64_t GetTaskRatio() { return tilec_twin::task_ratio(); }
 
 /* --- synchronisation --- */
 template <HardEvent evt>
@@ -470,14 +530,7 @@ inline void WaitFlag(int32_t eventID, TwinLoc loc = TwinLoc::here()) {
 }
 template <pipe_t pipe>
 inline void PipeBarrier(TwinLoc loc = TwinLoc::here()) {
-  static_assert(pipe == PIPE_S || pipe == PIPE_V || pipe == PIPE_MTE2 || pipe == PIPE_MTE3 ||
-                    pipe == PIPE_ALL,
-                "the twin models the vector core's pipes S, V, MTE2, MTE3 (and PIPE_ALL)");
-  constexpr int p = pipe == PIPE_S      ? tilec_twin::PIPE_TWIN_S
-                    : pipe == PIPE_V    ? tilec_twin::PIPE_TWIN_V
-                    : pipe == PIPE_MTE2 ? tilec_twin::PIPE_TWIN_MTE2
-                    : pipe == PIPE_MTE3 ? tilec_twin::PIPE_TWIN_MTE3
-                                        : -1;
+  constexpr int p = pipe == PIPE_ALL ? -1 : twin_detail::twin_pipe(pipe);
   tilec_twin::barrier(p, loc);
 }
 
@@ -1059,6 +1112,8 @@ inline void ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src,
 #undef TILEC_TWIN_TYPES_CHECK
 
 }  // namespace AscendC
+
+#include "twin_cube_api.h"
 
 #include "twin_launch.h"
 

@@ -39,12 +39,18 @@ inline void note_gm_arg(GmArg* out, int& n, int index, const std::remove_cv_t<A>
 }
 
 template <typename... P, typename... A>
-inline int launch(const char* name, int64_t block_dim, void (*kernel)(P...), A&&... args) {
+inline int launch_as(LaunchMode mode, const char* name, int64_t block_dim, void (*kernel)(P...),
+                     A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "the kernel takes a different number of arguments");
   GmArg gm[sizeof...(A) + 1];
   int n = 0, index = 0;
   (note_gm_arg<std::remove_reference_t<A>>(gm, n, index++, args), ...);
-  return run_launch(name, block_dim, gm, n, [&] { kernel(launch_arg<P>(args)...); });
+  return run_launch(name, block_dim, gm, n, [&] { kernel(launch_arg<P>(args)...); }, mode);
+}
+
+template <typename... P, typename... A>
+inline int launch(const char* name, int64_t block_dim, void (*kernel)(P...), A&&... args) {
+  return launch_as(LAUNCH_VECTOR, name, block_dim, kernel, std::forward<A>(args)...);
 }
 
 template <typename F>
@@ -64,6 +70,15 @@ struct Launcher<void (*)(P...)> {
 
 #define ASCEND_TWIN_LAUNCH(kernel, blockDim, stream, ...) \
   ((void)(stream), ::tilec_twin::launch(#kernel, (blockDim), &kernel, ##__VA_ARGS__))
+
+/* A kernel of the cube core only (KERNEL_TYPE_AIC_ONLY), and a mixed one (__mix__(1, 2):
+ * blockDim blocks of one AIC and two AIVs). */
+#define ASCEND_TWIN_LAUNCH_AIC(kernel, blockDim, stream, ...) \
+  ((void)(stream),                                            \
+   ::tilec_twin::launch_as(::tilec_twin::LAUNCH_AIC, #kernel, (blockDim), &kernel, ##__VA_ARGS__))
+#define ASCEND_TWIN_LAUNCH_MIX(kernel, blockDim, stream, ...) \
+  ((void)(stream),                                            \
+   ::tilec_twin::launch_as(::tilec_twin::LAUNCH_MIX, #kernel, (blockDim), &kernel, ##__VA_ARGS__))
 
 #define ACLRT_LAUNCH_KERNEL(kernel) \
   ::tilec_twin::Launcher<decltype(&kernel)> { #kernel, &kernel }

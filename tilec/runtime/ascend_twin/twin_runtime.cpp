@@ -16,11 +16,14 @@
  */
 #include <algorithm>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "twin_state.h"
@@ -56,6 +59,7 @@ struct Access {
   uint64_t seq = NEVER;
   const char* op = nullptr;
   Loc loc{};
+  Pipe pipe = PIPE_TWIN_S;  // the cross-core tracker's: the pipe of the access
 };
 
 struct Seg {
@@ -143,6 +147,7 @@ struct BufRec {
 
 struct QueRec {
   std::string kind;
+  Mem mem = MEM_UB;
   Loc init_loc{};
   int pipe = -1;
   int depth = 1;
@@ -165,13 +170,18 @@ struct Range {
   uint64_t lo, hi;
 };
 
+struct Mix;
+
 struct Core {
   const char* kernel = "?";
   int64_t idx = 0, num = 1;
+  CoreKind kind = CORE_VECTOR;
+  int sub = 0;            // 0 the AIC, 1 and 2 the AIVs of a mixed block
+  Mix* mix = nullptr;     // the block's shared state when mixed
   int strict = 1;
   std::unique_ptr<uint8_t[]> ub_storage;
   uint8_t* ub = nullptr;
-  uint32_t ub_top = 0;
+  uint32_t top[NMEMS] = {};  // allocated bytes of each memory
   int live_pipe = -1, pipes_made = 0;
   Loc pipe_loc{};
   std::vector<BufRec> bufs;
@@ -186,11 +196,15 @@ struct Core {
   void reset_block(int64_t block) {
     idx = block;
     if (!ub_storage) {
-      ub_storage.reset(new uint8_t[UB_BYTES + 64]);
+      ub_storage.reset(new uint8_t[ARENA_BYTES + 64]);
       ub = ub_storage.get() + (64 - reinterpret_cast<uintptr_t>(ub_storage.get()) % 64) % 64;
     }
-    std::memset(ub, 0xFF, UB_BYTES);  // garbage: NaN in every float type
-    ub_top = 0;
+    // garbage: NaN in every float type (only the memories this kind of core has)
+    if (kind == CORE_AIC)
+      std::memset(ub + MEM_BASE[MEM_L1], 0xFF, ARENA_BYTES - MEM_BASE[MEM_L1]);
+    else
+      std::memset(ub, 0xFF, UB_BYTES);
+    std::memset(top, 0, sizeof top);
     live_pipe = -1;
     pipes_made = 0;
     bufs.clear();
@@ -215,6 +229,10 @@ struct Launch {
   std::vector<std::vector<Range>> reads, writes;  // per block, merged
 };
 
+void mix_gm_access(Core& c, const char* op, Loc loc, Pipe pipe, uint64_t seq, const Range& r,
+                   bool write);
+const char* sub_name(const Core& c);
+
 thread_local Core* g_core = nullptr;
 thread_local Launch* g_launch = nullptr;
 thread_local std::string g_last_error;
@@ -226,8 +244,17 @@ Core& core_or_fail(const char* op, Loc loc) {
   return *g_core;
 }
 
+Mem mem_at(uint64_t off) {
+  Mem m = MEM_UB;
+  for (int k = 0; k < NMEMS; ++k)
+    if (off >= MEM_BASE[k]) m = Mem(k);
+  return m;
+}
+
+/* "UB[0, 256)", "L1[0, 1024)": offsets inside the memory. */
 std::string ub_range(uint64_t lo, uint64_t hi) {
-  return format("UB[%" PRIu64 ", %" PRIu64 ")", lo, hi);
+  const Mem m = mem_at(lo);
+  return format("%s[%" PRIu64 ", %" PRIu64 ")", mem_name(m), lo - MEM_BASE[m], hi - MEM_BASE[m]);
 }
 
 std::string gm_range(uint64_t lo, uint64_t hi);  // after gm_name
@@ -421,7 +448,7 @@ int resolve_strict() {
 /* ------------------------------------------------------------------------------------------ */
 
 const char* pipe_name(Pipe p) {
-  static const char* const names[] = {"S", "V", "MTE2", "MTE3"};
+  static const char* const names[] = {"S", "V", "MTE2", "MTE3", "MTE1", "M", "FIX"};
   return p < NPIPES ? names[p] : "?";
 }
 
@@ -439,7 +466,10 @@ void fail(const char* op, Loc loc, const char* fmt, ...) {
   const std::string msg = vformat(fmt, ap);
   va_end(ap);
   std::string out;
-  if (g_core)
+  if (g_core && g_core->mix)
+    out = format("kernel %s block %" PRId64 " %s: %s: %s", g_core->kernel, g_core->idx,
+                 sub_name(*g_core), op, msg.c_str());
+  else if (g_core)
     out =
         format("kernel %s block %" PRId64 ": %s: %s", g_core->kernel, g_core->idx, op, msg.c_str());
   else
@@ -448,7 +478,26 @@ void fail(const char* op, Loc loc, const char* fmt, ...) {
   throw Error(out);
 }
 
-int64_t block_idx() { return core_or_fail("GetBlockIdx", Loc{}).idx; }
+const char* mem_name(Mem m) {
+  static const char* const names[] = {"UB", "L1", "L0A", "L0B", "L0C"};
+  return m < NMEMS ? names[m] : "?";
+}
+
+CoreKind core_kind() { return core_or_fail("ASCEND_IS_AIC", Loc{}).kind; }
+int64_t sub_block_idx() {
+  const Core& c = core_or_fail("GetSubBlockIdx", Loc{});
+  return c.kind == CORE_AIV ? c.sub - 1 : 0;
+}
+int64_t task_ratio() {
+  const Core& c = core_or_fail("GetTaskRatio", Loc{});
+  return c.kind == CORE_AIV && c.mix ? 2 : 1;
+}
+
+/* On an AIV of a mixed kernel the index runs over 2 * blockDim (GetBlockIdx page). */
+int64_t block_idx() {
+  const Core& c = core_or_fail("GetBlockIdx", Loc{});
+  return c.kind == CORE_AIV && c.mix ? 2 * c.idx + c.sub - 1 : c.idx;
+}
 int64_t block_num() { return core_or_fail("GetBlockNum", Loc{}).num; }
 uint8_t* ub_base() { return core_or_fail("LocalTensor", Loc{}).ub; }
 
@@ -488,8 +537,9 @@ std::string gm_name(const void* p) {
   return format("%p", p);
 }
 
+namespace {
 void check_local(const char* op, Loc loc, const char* role, const TensorRef& ref, uint64_t bytes,
-                 uint32_t align) {
+                 uint32_t align, Mem mem, const char* position) {
   Core& c = core_or_fail(op, loc);
   if (ref.buf < 0 || size_t(ref.buf) >= c.bufs.size())
     fail(op, loc, "%s is a LocalTensor that was never allocated (AllocTensor, DeQue or TBuf::Get)",
@@ -504,11 +554,29 @@ void check_local(const char* op, Loc loc, const char* role, const TensorRef& ref
       fail(op, loc, "%s is in the queue of %s (EnQue at %s): only DeQue may take it out before use",
            role, que_desc(c, b.que).c_str(), where(b.enque_loc).c_str());
   }
-  if (align > 1 && ref.off % align)
-    fail(op, loc, "%s at UB offset %u is not %u-byte aligned", role, ref.off, align);
+  const Mem m = mem_at(ref.off);
+  if (align > 1 && (ref.off - MEM_BASE[m]) % align)
+    fail(op, loc, "%s at %s offset %u is not %u-byte aligned", role, mem_name(m),
+         ref.off - MEM_BASE[m], align);
+  if (m != mem)
+    fail(op, loc, "%s is a tensor in %s (%s); %s takes it from %s (TPosition %s)", role,
+         mem_name(m), que_desc(c, b.que).c_str(), op, mem_name(mem), position);
   if (bytes > ref.bytes)
     fail(op, loc, "%s needs %" PRIu64 " bytes but the tensor has only %" PRIu64, role, bytes,
          ref.bytes);
+}
+}  // namespace
+
+Mem mem_of(const TensorRef& t) { return mem_at(t.off); }
+
+void check_local_in(const char* op, Loc loc, const char* role, const TensorRef& ref,
+                    uint64_t bytes, uint32_t align, Mem mem, const char* position) {
+  check_local(op, loc, role, ref, bytes, align, mem, position);
+}
+
+void check_local(const char* op, Loc loc, const char* role, const TensorRef& ref, uint64_t bytes,
+                 uint32_t align) {
+  check_local(op, loc, role, ref, bytes, align, MEM_UB, "VECIN, VECOUT or VECCALC");
 }
 
 void ub_access(const char* op, Loc loc, Pipe pipe, uint64_t seq, uint32_t off, uint64_t bytes,
@@ -548,6 +616,7 @@ void gm_access(const char* op, Loc loc, Pipe pipe, uint64_t seq, const void* p, 
                 uint64_t(reinterpret_cast<uintptr_t>(lo)) + bytes};
   (write ? c.gm_writes : c.gm_reads).push_back(r);
   if (c.strict <= 0) return;
+  if (c.mix) mix_gm_access(c, op, loc, pipe, seq, r, write);
   const Access a{seq, op, loc};
   c.gm_track.access(r.lo, r.hi, pipe, a, write, [&](uint64_t start, const Seg& s) {
     check_seg(c, op, loc, gm_range(start, s.end), pipe, write, s);
@@ -612,6 +681,8 @@ namespace {
 
 constexpr uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
+}  // namespace
+
 void check_gm(const char* op, Loc loc, GmView gm, uint32_t elem, uint64_t lo, uint64_t hi,
               bool aligned) {
   if (!gm.ptr) fail(op, loc, "the GlobalTensor has no buffer (SetGlobalBuffer was not called)");
@@ -624,6 +695,8 @@ void check_gm(const char* op, Loc loc, GmView gm, uint32_t elem, uint64_t lo, ui
          " elements",
          lo, hi, gm_name(gm.ptr).c_str(), gm.bytes / elem);
 }
+
+namespace {
 
 [[noreturn]] void misaligned_copy(const char* op, Loc loc, const char* type, uint64_t count,
                                   uint64_t bytes) {
@@ -785,11 +858,11 @@ void ub_scalar(const char* op, Loc loc, const TensorRef& t, uint32_t elem, uint6
 
 void check_select_scratch(const char* op, Loc loc) {
   Core& c = core_or_fail(op, loc);
-  if (c.ub_top > UB_BYTES - UB_SCRATCH)
+  if (c.top[MEM_UB] > UB_BYTES - UB_SCRATCH)
     fail(op, loc,
          "this Select mode needs %u bytes of UB for its own scratch, but TPipe has allocated "
          "%u of the %u bytes (keep allocations within %u bytes)",
-         UB_SCRATCH, c.ub_top, UB_BYTES, UB_BYTES - UB_SCRATCH);
+         UB_SCRATCH, c.top[MEM_UB], UB_BYTES, UB_BYTES - UB_SCRATCH);
 }
 
 /* --- TPipe --- */
@@ -803,7 +876,7 @@ int pipe_create(Loc loc) {
          where(c.pipe_loc).c_str());
   c.live_pipe = ++c.pipes_made;
   c.pipe_loc = loc;
-  c.ub_top = 0;
+  std::memset(c.top, 0, sizeof c.top);
   return c.live_pipe;
 }
 
@@ -813,7 +886,7 @@ static void release_pipe(Core& c, int pipe) {
     q.dead = true;
     for (int id : q.bufs) c.bufs[size_t(id)].dead = true;
   }
-  c.ub_top = 0;
+  std::memset(c.top, 0, sizeof c.top);
 }
 
 void pipe_destroy(int pipe) {
@@ -836,33 +909,52 @@ void pipe_reset(int pipe, Loc loc) {
   release_pipe(c, pipe);
 }
 
+[[noreturn]] static void overflow(Core& c, const char* op, Loc loc, int pipe, const char* kind,
+                                  int num, uint64_t bytes, uint64_t total, Mem mem) {
+  std::string have;
+  for (const QueRec& q : c.ques) {
+    if (q.dead || q.pipe != pipe || q.mem != mem) continue;
+    have += format("%s%s at %s: %zu x %" PRIu64 " bytes", have.empty() ? "" : "; ",
+                   q.kind.c_str(), where(q.init_loc).c_str(), q.bufs.size(), q.bytes);
+  }
+  const char* m = mem_name(mem);
+  fail(op, loc,
+       "%s overflow: %s asks for %d x %" PRIu64 " bytes (%" PRIu64
+       " with %u-byte alignment) "
+       "but only %" PRIu64 " of the %u bytes of %s are left (allocated: %s)",
+       m, kind, num, bytes, total, MEM_GRANULE[mem], uint64_t(MEM_BYTES[mem] - c.top[mem]), MEM_BYTES[mem],
+       m, have.empty() ? "nothing" : have.c_str());
+}
+
+/* A vector core has the Unified Buffer only; the cube core L1 and L0 only. */
+static void check_core_has(Core& c, const char* op, Loc loc, const char* kind, Mem mem) {
+  const bool cube = c.kind == CORE_AIC;
+  if ((mem == MEM_UB) == !cube) return;
+  fail(op, loc, "%s lives in %s, which the %s does not have (%s)", kind, mem_name(mem),
+       cube ? "cube core (AIC)" : "vector core",
+       cube ? "the UB is on the vector cores (AIV): hand data over through GM"
+            : "L1 and L0A/L0B/L0C are on the cube core (AIC): launch an AIC or mixed kernel");
+}
+
 static int add_buffers(const char* op, Loc loc, int pipe, int old, const char* kind, bool tbuf,
-                       int num, uint64_t bytes, int depth, Pipe producer, Pipe consumer) {
+                       int num, uint64_t bytes, int depth, Pipe producer, Pipe consumer,
+                       Mem mem) {
   Core& c = core_or_fail(op, loc);
   if (pipe != c.live_pipe) fail(op, loc, "the TPipe was destroyed");
+  check_core_has(c, op, loc, kind, mem);
   if (old >= 0 && size_t(old) < c.ques.size() && !c.ques[size_t(old)].dead)
     fail(op, loc, "%s already has buffers (InitBuffer at %s)", kind,
          where(c.ques[size_t(old)].init_loc).c_str());
   if (num < 1) fail(op, loc, "%s needs at least one buffer (num = %d)", kind, num);
   if (bytes == 0) fail(op, loc, "%s asks for buffers of 0 bytes", kind);
-  const uint64_t each = (bytes + BLOCK - 1) / BLOCK * BLOCK;
+  const uint64_t g = MEM_GRANULE[mem];
+  const uint64_t each = (bytes + g - 1) / g * g;
   const uint64_t total = each * uint64_t(num);
-  const uint64_t left = UB_BYTES - c.ub_top;
-  if (total > left) {
-    std::string have;
-    for (const QueRec& q : c.ques) {
-      if (q.dead || q.pipe != pipe) continue;
-      have += format("%s%s at %s: %zu x %" PRIu64 " bytes", have.empty() ? "" : "; ",
-                     q.kind.c_str(), where(q.init_loc).c_str(), q.bufs.size(), q.bytes);
-    }
-    fail(op, loc,
-         "UB overflow: %s asks for %d x %" PRIu64 " bytes (%" PRIu64
-         " with 32-byte alignment) "
-         "but only %" PRIu64 " of the %u bytes of UB are left (allocated: %s)",
-         kind, num, bytes, total, left, UB_BYTES, have.empty() ? "nothing" : have.c_str());
-  }
+  if (total > MEM_BYTES[mem] - c.top[mem])
+    overflow(c, op, loc, pipe, kind, num, bytes, total, mem);
   QueRec q;
   q.kind = kind;
+  q.mem = mem;
   q.init_loc = loc;
   q.pipe = pipe;
   q.depth = depth;
@@ -876,9 +968,9 @@ static int add_buffers(const char* op, Loc loc, int pipe, int old, const char* k
     b.que = que;
     b.tbuf = tbuf;
     b.state = tbuf ? BufState::ALLOC : BufState::FREE;
-    b.off = c.ub_top;
+    b.off = MEM_BASE[mem] + c.top[mem];
     b.bytes = each;
-    c.ub_top += uint32_t(each);
+    c.top[mem] += uint32_t(each);
     q.bufs.push_back(int(c.bufs.size()));
     c.bufs.push_back(b);
   }
@@ -887,12 +979,13 @@ static int add_buffers(const char* op, Loc loc, int pipe, int old, const char* k
 }
 
 int que_init(const char* op, Loc loc, int pipe, int old, const char* kind, int depth, Pipe producer,
-             Pipe consumer, int num, uint64_t bytes) {
-  return add_buffers(op, loc, pipe, old, kind, false, num, bytes, depth, producer, consumer);
+             Pipe consumer, int num, uint64_t bytes, Mem mem) {
+  return add_buffers(op, loc, pipe, old, kind, false, num, bytes, depth, producer, consumer, mem);
 }
 
-int tbuf_init(const char* op, Loc loc, int pipe, int old, const char* kind, uint64_t bytes) {
-  return add_buffers(op, loc, pipe, old, kind, true, 1, bytes, 0, PIPE_TWIN_V, PIPE_TWIN_V);
+int tbuf_init(const char* op, Loc loc, int pipe, int old, const char* kind, uint64_t bytes,
+              Mem mem) {
+  return add_buffers(op, loc, pipe, old, kind, true, 1, bytes, 0, PIPE_TWIN_V, PIPE_TWIN_V, mem);
 }
 
 int que_check(int que, const char* op, Loc loc) {
@@ -1070,8 +1163,277 @@ void release_event_id(Pipe src, Pipe dst, int id, Loc loc) {
 
 /* --- launch --- */
 
+/* --- mixed kernels: one AIC and two AIVs per block, ordered by cross-core flags ---
+ *
+ * The three cores of a block run on threads of their own that take turns: one runs until it
+ * ends or waits for a flag nobody has set yet, then the next runnable one goes on (the AIC
+ * first).  So the run is deterministic, and a wait nothing can satisfy is reported instead of
+ * hanging.  Cross-core flags follow mode 2 of the CrossCoreSetFlag page (Atlas A2): a set on
+ * the AIC counts once for each AIV; the AIC's counter counts once both AIVs have set; a wait
+ * takes one count and blocks while there is none; a counter holds at most 15.  GM that one
+ * core wrote and another reads (or writes over what another reads) must be ordered by a set
+ * on the pipe of the first access, after it, and the matching wait: else strict mode reports
+ * a missing cross-core sync. */
+namespace {
+
+constexpr int CROSS_FLAGS = 16;
+constexpr size_t CROSS_COUNT_MAX = 15;
+
+struct CrossSet {
+  uint64_t cov[NPIPES];  // per pipe, the last instruction the set is known to follow
+};
+
+struct Aborted {};  // unwinds a core of a block after another one failed
+
+struct Mix {
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = -1;  // the core (sub) that runs; -1: the scheduler
+  bool done[3] = {};
+  int waiting[3] = {-1, -1, -1};  // the flag a core waits for
+  Loc wait_loc[3];
+  bool abort = false;
+  std::string error;
+  std::vector<CrossSet> sets[3];
+  size_t known[3][3] = {};                      // known[s][w]: sets of w that s has waited for
+  std::deque<size_t> aiv_tokens[2][CROSS_FLAGS];  // sets of the AIC, per AIV
+  std::deque<size_t> from_aiv[2][CROSS_FLAGS];    // sets of each AIV, not yet paired
+  std::deque<std::pair<size_t, size_t>> aic_tokens[CROSS_FLAGS];
+  Tracker gm;
+};
+
+const char* sub_name(const Core& c) {
+  static const char* const names[] = {"AIC", "AIV0", "AIV1"};
+  return names[c.sub];
+}
+
+bool has_token(const Mix& m, int sub, int id) {
+  return sub == 0 ? !m.aic_tokens[id].empty() : !m.aiv_tokens[sub - 1][id].empty();
+}
+
+bool covered(const Mix& m, int reader, int writer, const Access& a) {
+  const size_t k = m.known[reader][writer];
+  return k > 0 && m.sets[writer][k - 1].cov[a.pipe] >= a.seq;
+}
+
+void mix_gm_access(Core& c, const char* op, Loc loc, Pipe pipe, uint64_t seq, const Range& r,
+                   bool write) {
+  Mix& m = *c.mix;
+  static const char* const names[] = {"the AIC", "AIV0", "AIV1"};
+  const int me = c.sub;
+  Access a{seq, op, loc, pipe};
+  m.gm.access(r.lo, r.hi, Pipe(me), a, write, [&](uint64_t start, const Seg& s) {
+    const std::string range = gm_range(start, s.end);
+    if (s.writer >= 0 && s.writer != me && !covered(m, me, s.writer, s.write))
+      fail(op, loc,
+           "missing cross-core sync: %s %s %s that %s wrote (%s at %s): no CrossCoreSetFlag on "
+           "PIPE_%s after that write with a CrossCoreWaitFlag here before this access",
+           sub_name(c), write ? "writes" : "reads", range.c_str(), names[s.writer],
+           s.write.op, where(s.write.loc).c_str(), pipe_name(s.write.pipe));
+    if (!write) return;
+    for (int o = 0; o < 3; ++o)
+      if (o != me && s.read[o].seq != NEVER && !covered(m, me, o, s.read[o]))
+        fail(op, loc,
+             "missing cross-core sync: %s writes %s that %s may still be reading (%s at %s): "
+             "no CrossCoreSetFlag after that read with a CrossCoreWaitFlag here before this "
+             "write",
+             sub_name(c), range.c_str(), names[o], s.read[o].op, where(s.read[o].loc).c_str());
+  });
+}
+
+Mix& mix_or_fail(const char* op, Loc loc, int id) {
+  Core& c = core_or_fail(op, loc);
+  if (!c.mix)
+    fail(op, loc,
+         "cross-core flags order the AIC and AIVs of a mixed kernel (__mix__(1, 2), launched "
+         "with ASCEND_TWIN_LAUNCH_MIX); this core is not one");
+  if (id < 0 || id >= CROSS_FLAGS) fail(op, loc, "flag id %d is outside 0..15", id);
+  return *c.mix;
+}
+
+void push_token(const char* op, Loc loc, std::deque<size_t>& q, size_t set, int id) {
+  if (q.size() >= CROSS_COUNT_MAX)
+    fail(op, loc, "the counter of cross-core flag %d would exceed 15 (sets not yet waited for)",
+         id);
+  q.push_back(set);
+}
+
+}  // namespace
+
+void cross_set(int mode, Pipe pipe, int id, Loc loc) {
+  const char* op = "CrossCoreSetFlag";
+  Mix& m = mix_or_fail(op, loc, id);
+  Core& c = *g_core;
+  if (mode != 2) fail(op, loc, "mode %d is not modelled (the twin models mode 2: AIC <-> AIVs)", mode);
+  CrossSet set{};
+  const uint64_t at = issue(pipe);
+  for (int w = 0; w < NPIPES; ++w) set.cov[w] = w == pipe ? at : c.synced[w][pipe];
+  std::lock_guard<std::mutex> lk(m.mu);
+  const size_t index = m.sets[c.sub].size();
+  m.sets[c.sub].push_back(set);
+  if (c.sub == 0) {
+    for (int v = 0; v < 2; ++v) push_token(op, loc, m.aiv_tokens[v][id], index, id);
+    return;
+  }
+  m.from_aiv[c.sub - 1][id].push_back(index);
+  if (m.from_aiv[0][id].empty() || m.from_aiv[1][id].empty()) return;
+  if (m.aic_tokens[id].size() >= CROSS_COUNT_MAX)
+    fail(op, loc, "the counter of cross-core flag %d would exceed 15", id);
+  m.aic_tokens[id].emplace_back(m.from_aiv[0][id].front(), m.from_aiv[1][id].front());
+  m.from_aiv[0][id].pop_front();
+  m.from_aiv[1][id].pop_front();
+}
+
+void cross_wait(int id, Loc loc) {
+  Mix& m = mix_or_fail("CrossCoreWaitFlag", loc, id);
+  Core& c = *g_core;
+  std::unique_lock<std::mutex> lk(m.mu);
+  while (!has_token(m, c.sub, id)) {
+    m.waiting[c.sub] = id;
+    m.wait_loc[c.sub] = loc;
+    m.turn = -1;
+    m.cv.notify_all();
+    m.cv.wait(lk, [&] { return m.turn == c.sub; });
+    m.waiting[c.sub] = -1;
+    if (m.abort) throw Aborted{};
+  }
+  if (c.sub == 0) {
+    const auto pair = m.aic_tokens[id].front();
+    m.aic_tokens[id].pop_front();
+    m.known[0][1] = std::max(m.known[0][1], pair.first + 1);
+    m.known[0][2] = std::max(m.known[0][2], pair.second + 1);
+  } else {
+    auto& q = m.aiv_tokens[c.sub - 1][id];
+    m.known[c.sub][0] = std::max(m.known[c.sub][0], q.front() + 1);
+    q.pop_front();
+  }
+}
+
+namespace {
+
+/* One core of a mixed block, on its own thread. */
+void run_sub(Mix& m, Core& c, Launch* launch, const std::function<void()>& body) {
+  {
+    std::unique_lock<std::mutex> lk(m.mu);
+    m.cv.wait(lk, [&] { return m.turn == c.sub; });
+  }
+  g_core = &c;
+  g_launch = launch;
+  std::string error;
+  try {
+    if (!m.abort) {
+      body();
+      check_block_end(c);
+    }
+  } catch (const Aborted&) {
+  } catch (const Error& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = format("kernel %s block %" PRId64 " %s: %s", c.kernel, c.idx, sub_name(c), e.what());
+  }
+  g_core = nullptr;
+  g_launch = nullptr;
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (!error.empty() && m.error.empty()) m.error = error;
+  m.done[c.sub] = true;
+  m.turn = -1;
+  m.cv.notify_all();
+}
+
+std::string hang_message(const Mix& m, const Core& c) {
+  static const char* const names[] = {"AIC", "AIV0", "AIV1"};
+  std::string who;
+  for (int s = 0; s < 3; ++s)
+    if (!m.done[s])
+      who += format("%s%s waits for flag %d (CrossCoreWaitFlag at %s)", who.empty() ? "" : "; ",
+                    names[s], m.waiting[s], where(m.wait_loc[s]).c_str());
+  return format("kernel %s block %" PRId64 ": CrossCoreWaitFlag: the block would hang: %s, and "
+                "no core that is still running will set it",
+                c.kernel, c.idx, who.c_str());
+}
+
+/* Give the turn to core `s` and wait until it hands it back; with the lock held. */
+void give_turn(Mix& m, std::unique_lock<std::mutex>& lk, int s) {
+  m.turn = s;
+  m.cv.notify_all();
+  m.cv.wait(lk, [&] { return m.turn == -1; });
+}
+
+/* Run one block of a mixed kernel on cores[0] (AIC), cores[1], cores[2] (AIVs). */
+void run_mix_block(Core* cores, Launch& launch, const std::function<void()>& body) {
+  Mix m;
+  for (int s = 0; s < 3; ++s) cores[s].mix = &m;
+  std::vector<std::thread> threads;
+  for (int s = 0; s < 3; ++s)
+    threads.emplace_back(run_sub, std::ref(m), std::ref(cores[s]), &launch, std::cref(body));
+  std::unique_lock<std::mutex> lk(m.mu);
+  for (int last = 2;;) {
+    int next = -1;
+    for (int k = 1; k <= 3 && next < 0 && m.error.empty(); ++k) {
+      const int s = (last + k) % 3;
+      if (!m.done[s] && (m.waiting[s] < 0 || has_token(m, s, m.waiting[s]))) next = s;
+    }
+    if (next < 0) break;
+    give_turn(m, lk, next);
+    last = next;
+  }
+  const bool hang = m.error.empty() && !(m.done[0] && m.done[1] && m.done[2]);
+  if (hang) m.error = hang_message(m, cores[0]);
+  m.abort = true;
+  for (int s = 0; s < 3; ++s)
+    if (!m.done[s]) give_turn(m, lk, s);
+  lk.unlock();
+  for (auto& t : threads) t.join();
+  for (int s = 0; s < 3; ++s) cores[s].mix = nullptr;
+  if (!m.error.empty()) throw Error(m.error);
+}
+
+}  // namespace
+
+namespace {
+
+/* Blocks of a vector-only or AIC-only kernel on the calling thread, core `c`. */
+void run_blocks(Core& c, Launch& launch, LaunchMode mode, const std::function<void()>& body) {
+  c.kind = mode == LAUNCH_AIC ? CORE_AIC : CORE_VECTOR;
+  for (int64_t b = 0; b < c.num; ++b) {
+    c.reset_block(b);
+    g_core = &c;
+    body();
+    check_block_end(c);
+    merge(c.gm_reads);
+    merge(c.gm_writes);
+    launch.reads[size_t(b)].swap(c.gm_reads);
+    launch.writes[size_t(b)].swap(c.gm_writes);
+    g_core = nullptr;
+  }
+}
+
+/* Blocks of a mixed kernel: each on a fresh AIC and two fresh AIVs. */
+void run_mix_blocks(Core* cores, Launch& launch, const std::function<void()>& body) {
+  for (int64_t b = 0; b < cores[0].num; ++b) {
+    for (int s = 0; s < 3; ++s) {
+      cores[s].kind = s == 0 ? CORE_AIC : CORE_AIV;
+      cores[s].sub = s;
+      cores[s].reset_block(b);
+    }
+    g_core = &cores[0];  // for messages of the scheduler
+    run_mix_block(cores, launch, body);
+    g_core = nullptr;
+    auto& reads = launch.reads[size_t(b)];
+    auto& writes = launch.writes[size_t(b)];
+    for (int s = 0; s < 3; ++s) {
+      reads.insert(reads.end(), cores[s].gm_reads.begin(), cores[s].gm_reads.end());
+      writes.insert(writes.end(), cores[s].gm_writes.begin(), cores[s].gm_writes.end());
+    }
+    merge(reads);
+    merge(writes);
+  }
+}
+
+}  // namespace
+
 int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int n_gm_args,
-               const std::function<void()>& body) {
+               const std::function<void()>& body, LaunchMode mode) {
   g_last_error.clear();
   Launch launch;
   launch.kernel = kernel;
@@ -1085,38 +1447,34 @@ int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int 
     g_last_error = format("kernel %s: blockDim %" PRId64 " is outside 1..65535", kernel, block_dim);
     return 1;
   }
-  thread_local std::unique_ptr<Core> core_storage;
-  if (!core_storage) core_storage.reset(new Core());
-  Core& c = *core_storage;
-  c.kernel = kernel;
-  c.num = block_dim;
-  c.strict = resolve_strict();
+  thread_local std::unique_ptr<Core[]> core_storage;
+  if (!core_storage) core_storage.reset(new Core[3]);
+  Core* cores = core_storage.get();
+  for (int s = 0; s < 3; ++s) {
+    cores[s].kernel = kernel;
+    cores[s].num = block_dim;
+    cores[s].strict = resolve_strict();
+    cores[s].sub = 0;
+  }
   launch.reads.resize(size_t(block_dim));
   launch.writes.resize(size_t(block_dim));
   g_launch = &launch;
   int rc = 0;
   try {
-    for (int64_t b = 0; b < block_dim; ++b) {
-      c.reset_block(b);
-      g_core = &c;
-      body();
-      check_block_end(c);
-      merge(c.gm_reads);
-      merge(c.gm_writes);
-      launch.reads[size_t(b)].swap(c.gm_reads);
-      launch.writes[size_t(b)].swap(c.gm_writes);
-      g_core = nullptr;
-    }
+    if (mode == LAUNCH_MIX)
+      run_mix_blocks(cores, launch, body);
+    else
+      run_blocks(cores[0], launch, mode, body);
     check_cross_core(launch);
   } catch (const Error& e) {
     g_last_error = e.what();
     rc = 1;
   } catch (const std::exception& e) {
-    g_last_error = format("kernel %s block %" PRId64 ": %s", kernel, c.idx, e.what());
+    g_last_error = format("kernel %s block %" PRId64 ": %s", kernel, cores[0].idx, e.what());
     rc = 1;
   } catch (...) {
     g_last_error = format("kernel %s block %" PRId64 ": the kernel threw a non-standard exception",
-                          kernel, c.idx);
+                          kernel, cores[0].idx);
     rc = 1;
   }
   g_core = nullptr;

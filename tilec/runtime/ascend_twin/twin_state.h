@@ -40,8 +40,42 @@ constexpr uint32_t BLOCK = 32;             // one DataBlock
 constexpr uint32_t REPEAT = 256;           // bytes one vector repeat covers
 constexpr int MAX_EVENT_ID = 8;            // EVENT_ID0..EVENT_ID7
 
-enum Pipe : uint8_t { PIPE_TWIN_S, PIPE_TWIN_V, PIPE_TWIN_MTE2, PIPE_TWIN_MTE3, NPIPES };
+/* MTE1 (L1 -> L0A/L0B), M (the Cube's Mmad) and FIX (Fixpipe, L0C -> GM) run on the AIC. */
+enum Pipe : uint8_t {
+  PIPE_TWIN_S,
+  PIPE_TWIN_V,
+  PIPE_TWIN_MTE2,
+  PIPE_TWIN_MTE3,
+  PIPE_TWIN_MTE1,
+  PIPE_TWIN_M,
+  PIPE_TWIN_FIX,
+  NPIPES
+};
 const char* pipe_name(Pipe p);
+
+/* The core's local memories, one arena: UB on a vector core (AIV), L1 and L0A/L0B/L0C on the
+ * cube core (AIC).  Capacities of dav-2201 (910B) as docs/ascendc.md cites them (CANN 8.0
+ * "Storage Units"): UB 192 KiB, L1 512 KiB, L0A 64 KiB, L0B 64 KiB, L0C 128 KiB.  A buffer
+ * starts on its memory's granule: UB and L1 32 bytes, L0A/L0B 512 (LoadData page: an L0A/L0B
+ * address is 512-byte aligned), L0C 1024 (Mmad page: its dst starts 1024-byte aligned). */
+enum Mem : uint8_t { MEM_UB, MEM_L1, MEM_L0A, MEM_L0B, MEM_L0C, NMEMS };
+constexpr uint32_t MEM_BYTES[NMEMS] = {UB_BYTES, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
+constexpr uint32_t MEM_BASE[NMEMS] = {0, UB_BYTES, UB_BYTES + 512 * 1024,
+                                      UB_BYTES + 576 * 1024, UB_BYTES + 640 * 1024};
+constexpr uint32_t ARENA_BYTES = UB_BYTES + 768 * 1024;
+constexpr uint32_t MEM_GRANULE[NMEMS] = {32, 32, 512, 512, 1024};
+const char* mem_name(Mem m);
+/* The memory a tensor lives in (its queue's position). */
+Mem mem_of(const struct TensorRef& t);
+
+/* What a launched core is: a vector-only kernel's AI core (UB only), or, on the separated
+ * architecture of Atlas A2 (910B), the cube core (AIC: L1, L0) or a vector core (AIV: UB) of
+ * an AIC-only or mixed (__mix__(1, 2): one AIC and two AIVs per block) kernel. */
+enum CoreKind : uint8_t { CORE_VECTOR, CORE_AIC, CORE_AIV };
+enum LaunchMode : uint8_t { LAUNCH_VECTOR, LAUNCH_AIC, LAUNCH_MIX };
+CoreKind core_kind();
+int64_t sub_block_idx();
+int64_t task_ratio();
 
 /* A call site, captured by a defaulted argument of every API function. */
 struct Loc {
@@ -146,9 +180,12 @@ struct TensorRef {
 };
 
 /* Check that `ref` may be used by `op` for `bytes` bytes from its start: a live buffer, not
- * freed, not sitting in a queue between EnQue and DeQue, in bounds, `align`-byte aligned. */
+ * freed, not sitting in a queue between EnQue and DeQue, in bounds, `align`-byte aligned, in
+ * the Unified Buffer (check_local) or in memory `mem` (check_local_in). */
 void check_local(const char* op, Loc loc, const char* role, const TensorRef& ref, uint64_t bytes,
                  uint32_t align);
+void check_local_in(const char* op, Loc loc, const char* role, const TensorRef& ref,
+                    uint64_t bytes, uint32_t align, Mem mem, const char* position);
 /* Strict mode: an access by `pipe` to UB bytes [off, off + bytes) or GM bytes [p, p + bytes). */
 void ub_access(const char* op, Loc loc, Pipe pipe, uint64_t seq, uint32_t off, uint64_t bytes,
                bool write);
@@ -197,6 +234,10 @@ struct GmView {
   uint8_t* ptr;
   uint64_t bytes;  // the GlobalTensor's extent, or UNKNOWN_SIZE (SetGlobalBuffer without size)
 };
+/* A GM access of bytes [lo, hi) from gm's start: a buffer set, in bounds, `elem`-aligned
+ * when `aligned`. */
+void check_gm(const char* op, Loc loc, GmView gm, uint32_t elem, uint64_t lo, uint64_t hi,
+              bool aligned);
 /* DataCopy, count form: `count` elements of `elem` bytes (named `type` in messages);
  * count * elem must be a multiple of 32 bytes. */
 void copy_in(const char* op, Loc loc, const TensorRef& dst, GmView src, uint32_t elem,
@@ -233,8 +274,9 @@ void pipe_reset(int pipe, Loc loc);
 /* A queue with `num` buffers of `bytes` each; returns the queue's id.  `old` is the id the
  * queue object had (-1: none): a second InitBuffer is an error unless its TPipe was reset. */
 int que_init(const char* op, Loc loc, int pipe, int old, const char* kind, int depth, Pipe producer,
-             Pipe consumer, int num, uint64_t bytes);
-int tbuf_init(const char* op, Loc loc, int pipe, int old, const char* kind, uint64_t bytes);
+             Pipe consumer, int num, uint64_t bytes, Mem mem = MEM_UB);
+int tbuf_init(const char* op, Loc loc, int pipe, int old, const char* kind, uint64_t bytes,
+              Mem mem = MEM_UB);
 TensorRef que_alloc(int que, Loc loc);
 void que_enque(int que, const TensorRef& t, Loc loc);
 TensorRef que_deque(int que, Loc loc);
@@ -256,10 +298,15 @@ struct GmArg {
   const void* ptr;
   int index;
 };
-/* Run body() once per block, blocks 0..block_dim-1 in order, each on a fresh AI core.  Returns
- * 0, or 1 with tilec_twin_last_error() set. */
+/* Run body() once per block, blocks 0..block_dim-1 in order, each on a fresh AI core (mode
+ * LAUNCH_MIX: on a fresh AIC and two AIVs, which take turns at their cross-core flag waits).
+ * Returns 0, or 1 with tilec_twin_last_error() set. */
 int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int n_gm_args,
-               const std::function<void()>& body);
+               const std::function<void()>& body, LaunchMode mode = LAUNCH_VECTOR);
+
+/* --- cross-core flags (CrossCoreSetFlag / CrossCoreWaitFlag, mode 2 of Atlas A2) --- */
+void cross_set(int mode, Pipe pipe, int id, Loc loc);
+void cross_wait(int id, Loc loc);
 
 }  // namespace tilec_twin
 
