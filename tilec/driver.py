@@ -167,7 +167,8 @@ def _compiler_digest() -> str:
     digest = hashlib.sha256()
     root = Path(__file__).resolve().parent
     for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".c", ".h", ".j2", ".lark") and "__pycache__" not in path.parts:
+        if path.suffix in (".py", ".c", ".cpp", ".h", ".j2", ".lark") \
+                and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -363,8 +364,9 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         steps = with_options(steps, "tile-shape-template", no_generic=True)
     if not options.pass_pipeline:
         from .codegen.registry import backend_of
-        views = backend_of(options.target).description.weight_views
-        steps = with_options(steps, "tile-fuse", weight_views=views)
+        description = backend_of(options.target).description
+        steps = with_options(steps, "tile-fuse", weight_views=description.weight_views,
+                             weight_view_types=" ".join(sorted(description.weight_view_types)))
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

@@ -134,7 +134,8 @@ def test_options_help_says_each_option_its_values_and_default() -> None:
     assert options_help(toy) == ("rounds=INT (default 1), mode=fast|slow (default fast), "
                                  'label=STR (default ""), dry-run=true|false (default false)')
     assert options_help(REGISTRY["tile-cache-hint"]) == ""
-    assert options_help(REGISTRY["tile-fuse"]) == "weight-views=true|false (default true)"
+    assert options_help(REGISTRY["tile-fuse"]) == ("weight-views=true|false (default true), "
+                                                   'weight-view-types=STR (default "")')
 
 
 def test_tilec_opt_help_lists_the_passes_with_their_options(capsys) -> None:

@@ -90,6 +90,8 @@ class FuseOptions:
     # a matmul's group takes a transposed or batch-broadcast weight it reads in place (the
     # driver sets it from the target description's ``weight_views``)
     weight_views: bool = True
+    # ... only for a matmul of these element types (space-separated; "": any)
+    weight_view_types: str = ""
 
 
 @register("tile-fuse", "partition functions into fused groups (tile.fused), one per kernel",
@@ -104,7 +106,8 @@ def fuse(module: ir.Module, pc: PassContext) -> None:
             continue
         _rewrite_silu(block)
         _erase_dead(block)
-        Partition(block, pc.options.weight_views).run()
+        Partition(block, pc.options.weight_views,
+                  frozenset(pc.options.weight_view_types.split())).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,8 +189,10 @@ class GroupPlan:
 class Partition:
     """The groups of one function body and how to build them."""
 
-    def __init__(self, block: ir.Block, weight_views: bool = True) -> None:
+    def __init__(self, block: ir.Block, weight_views: bool = True,
+                 weight_view_types: frozenset[str] = frozenset()) -> None:
         self.weight_views = weight_views
+        self.weight_view_types = weight_view_types
         self.arguments = list(block.arguments)
         ops = [op.operation for op in block.operations]  # not OpViews: tile.hint has a `name`
         self.ret = ops[-1]
@@ -362,6 +367,9 @@ class Partition:
         read by the matmul alone."""
         if not self.weight_views or self.users[node] != [matmul] \
                 or any(s in members for s in node.operands):
+            return False
+        types = {tensor_info(matmul.type).dtype, tensor_info(node.op.operands[0].type).dtype}
+        if self.weight_view_types and not types <= self.weight_view_types:
             return False
         if node.op.name == "tile.transpose":
             perm = list(ir.DenseI64ArrayAttr(node.op.attributes["perm"]))

@@ -50,6 +50,7 @@ class TargetDesc:
     # a matmul kernel reads a transposed or batch-broadcast weight in place (tile-fuse's
     # weight-views); the backends that still lower matmul row by row copy it first
     weight_views: bool = False
+    weight_view_types: frozenset[str] = frozenset()   # ... for matmuls of these types only
     # an empty grid's reduction over a leading axis is split across tiles (.split)
     splits_reductions: bool = False
 
@@ -70,7 +71,11 @@ TARGETS: dict[str, TargetDesc] = {
                          alignment=32, double_buffer=True,
                          # the Cube's 16 x 16 x 16 fractals, L0A/L0B (64 KiB) double-buffered
                          gemm=GemmDesc(micro=((16, 16),), stages=2, staging="l1-l0",
-                                       small_m=0, staged_bytes=2, tile=(128, 256, 64))),
+                                       small_m=0, staged_bytes=2, tile=(128, 256, 64)),
+                         # the Cube (half, bfloat16) reads a [N, K] or batch-broadcast
+                         # weight in place; the vector unit's matmul takes a copy
+                         weight_views=True,
+                         weight_view_types=frozenset({"float16", "bfloat16"})),
     # NVIDIA GPUs as the PTX backend runs a row: the threads of a block read its input rows and
     # write its output rows in global memory (no copies, no double buffering); element-wise and
     # data-movement values stay in registers; dynamic shared memory holds what needs memory

@@ -31,7 +31,7 @@ from ...dims import Dim, parse_dim
 from ...mlir import ir
 from ..common.values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, numel,
                              reindex, row_major)
-from . import cxx
+from . import cube, cxx
 from .cxx import Code, f32, i32
 from ..common.layout import IotaRow, LayoutOps, grid_dim, ints, shape_of, strings
 from .lazy import Base, Gm, grid_var, reshaped, small_power, spread
@@ -67,6 +67,8 @@ class KernelSource:
     workspace: Dim               # bytes of global scratch per core
     buffers: tuple[tuple[str, str], ...]   # (name, C++ bytes) of each GM argument
     chunk: int
+    cube: str = ""               # C++ bytes of the Cube's product ("": no Cube, no AIC)
+    cube_guard: str = ""         # C++ condition under which the Cube path cannot run
 
 
 def cache_hints(fn: Any) -> dict[int, dict[str, Any]]:
@@ -111,6 +113,7 @@ class AscendKernel:
         self.rank_generic = any(i.rank_generic for i in self.inputs + self.outputs)
         self.span = span_of(fn.location)
         self.hints = cache_hints(fn)
+        self.cube = None if self.rank_generic else cube.plan(fn, kernel)
 
     def grid_extent(self, j: int) -> Dim:
         return grid_dim(self.grid[j])
@@ -151,7 +154,9 @@ class AscendKernel:
                         for gm, pointer, elements in lowering.globals)
         return KernelSource(self.name, self.entry, lowering.render(), f"{self.entry}_tiling",
                             tuple(self.symbols), self.rank_generic, tuple(self.grid),
-                            lowering.workspace * 4, buffers, lowering.plan.chunk)
+                            lowering.workspace * 4, buffers, lowering.plan.chunk,
+                            self.cube.product_bytes if self.cube else "",
+                            self.cube.guard if self.cube else "")
 
     def _lower(self, flat: bool, hints: bool, keep: Optional[frozenset[tuple]]
                ) -> "_Lowering":
@@ -332,8 +337,14 @@ class _Lowering(Reducer, LayoutOps):
         return Map("div", (exps, spread(total, x.sizes, [axis])), x.sizes, x.dtype)
 
     def op_matmul(self, op: Any) -> Lazy:
-        lhs, rhs = (self.readable(self.lazy(v)) for v in op.operands)
         info = self.result_info(op)
+        if self.k.cube is not None:    # the AIC's float product of this row, in GM
+            store = next(o for o in self.k.fn.regions[0].blocks[0].operations
+                         if o.operation.name == "tile.store_row")
+            row = self.global_row(store, Gm("gmCube", "float32"),
+                                  replace(self.k.outputs[0], dtype="float32"))
+            return replace(row, dtype=info.dtype)
+        lhs, rhs = (self.readable(self.lazy(v)) for v in op.operands)
         out = self.new_scratch(shape_of(info), compute_kind(info.dtype))
         self.fence()
         self.matmul(lhs, rhs, out)
@@ -401,7 +412,10 @@ class _Lowering(Reducer, LayoutOps):
                                          ("stageBuf", self.plan.gathers),
                                          ("scatterBuf", self.plan.scatters),
                                          ("scalars", self.plan.scalars)) if used]
+        plan = k.cube
         return render_kernel({
+            "cube": plan and {"text": cube.render(plan, k.entry, f"{k.entry}_tiling"),
+                              "lhs": f"in{plan.tile.lhs}", "rhs": f"in{plan.tile.rhs}"},
             "k": {"name": k.name, "entry": k.entry, "tiling": f"{k.entry}_tiling",
                   "symbols": k.symbols, "rank_generic": k.rank_generic, "grid": k.grid},
             "flat": self.flat, "notes": self.notes, "plan": self.plan,

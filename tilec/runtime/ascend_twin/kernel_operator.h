@@ -22,10 +22,20 @@
 
 #define __global__
 #define __aicore__
-/* A mixed kernel (one AIC, two AIVs per block on Atlas A2): the host launches it with
- * ASCEND_TWIN_LAUNCH_MIX, and the code of each side runs under ASCEND_IS_AIC / ASCEND_IS_AIV. */
+/* A mixed kernel (one AIC, two AIVs per block on Atlas A2) declares itself by its first
+ * statement, KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2) (or is launched with
+ * ASCEND_TWIN_LAUNCH_MIX); the code of each side runs under ASCEND_IS_AIC / ASCEND_IS_AIV. */
 #define __mix__(cube, vector)
-#define KERNEL_TASK_TYPE_DEFAULT(type)
+enum KernelMetaType {
+  KERNEL_TYPE_AIV_ONLY,
+  KERNEL_TYPE_AIC_ONLY,
+  KERNEL_TYPE_MIX_AIV_1_0,
+  KERNEL_TYPE_MIX_AIC_1_0,
+  KERNEL_TYPE_MIX_AIC_1_1,
+  KERNEL_TYPE_MIX_AIC_1_2
+};
+#define KERNEL_TASK_TYPE_DEFAULT(type) \
+  ::tilec_twin::declare_kernel_type(int(type), ::tilec_twin::Loc::here())
 #define ASCEND_IS_AIC (::tilec_twin::core_kind() == ::tilec_twin::CORE_AIC)
 #define ASCEND_IS_AIV (::tilec_twin::core_kind() != ::tilec_twin::CORE_AIC)
 #define __gm__

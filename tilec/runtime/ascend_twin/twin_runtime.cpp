@@ -172,10 +172,16 @@ struct Range {
 
 struct Mix;
 
+/* Thrown by the first statement of a kernel declaring a type other than its launch's. */
+struct Relaunch {
+  LaunchMode mode;
+};
+
 struct Core {
   const char* kernel = "?";
   int64_t idx = 0, num = 1;
   CoreKind kind = CORE_VECTOR;
+  LaunchMode mode = LAUNCH_VECTOR;
   int sub = 0;            // 0 the AIC, 1 and 2 the AIVs of a mixed block
   Mix* mix = nullptr;     // the block's shared state when mixed
   int strict = 1;
@@ -1430,7 +1436,34 @@ void run_mix_blocks(Core* cores, Launch& launch, const std::function<void()>& bo
   }
 }
 
+void run_mode(Core* cores, Launch& launch, LaunchMode mode, const std::function<void()>& body) {
+  for (int s = 0; s < 3; ++s) cores[s].mode = mode;
+  if (mode == LAUNCH_MIX)
+    run_mix_blocks(cores, launch, body);
+  else
+    run_blocks(cores[0], launch, mode, body);
+}
+
 }  // namespace
+
+void declare_kernel_type(int type, Loc loc) {
+  const char* op = "KERNEL_TASK_TYPE_DEFAULT";
+  Core& c = core_or_fail(op, loc);
+  // KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY, ..., KERNEL_TYPE_MIX_AIC_1_2
+  const LaunchMode want = type == 0 ? LAUNCH_VECTOR : type == 1 ? LAUNCH_AIC
+                          : type == 5                ? LAUNCH_MIX
+                                                     : LaunchMode(255);
+  if (want == LaunchMode(255))
+    fail(op, loc, "kernel type %d is not modelled (AIV_ONLY, AIC_ONLY and MIX_AIC_1_2 are)", type);
+  if (want == c.mode) return;
+  if (c.mix) fail(op, loc, "a kernel launched as mixed declares another type");
+  bool fresh = c.idx == 0 && c.mix == nullptr && c.live_pipe < 0 && c.pipes_made == 0;
+  for (int p = 0; p < NPIPES; ++p) fresh = fresh && c.seq[p] == 0;
+  if (!fresh)
+    fail(op, loc, "the kernel type must be declared by the kernel's first statement, before "
+                  "anything runs (it was launched as another type)");
+  throw Relaunch{want};
+}
 
 int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int n_gm_args,
                const std::function<void()>& body, LaunchMode mode) {
@@ -1461,10 +1494,15 @@ int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int 
   g_launch = &launch;
   int rc = 0;
   try {
-    if (mode == LAUNCH_MIX)
-      run_mix_blocks(cores, launch, body);
-    else
-      run_blocks(cores[0], launch, mode, body);
+    try {
+      run_mode(cores, launch, mode, body);
+    } catch (const Relaunch& r) {  // the kernel's first statement declared another type
+      for (auto& v : launch.reads) v.clear();
+      for (auto& v : launch.writes) v.clear();
+      g_core = nullptr;
+      g_launch = &launch;
+      run_mode(cores, launch, r.mode, body);
+    }
     check_cross_core(launch);
   } catch (const Error& e) {
     g_last_error = e.what();

@@ -304,6 +304,10 @@ struct GmArg {
 int run_launch(const char* kernel, int64_t block_dim, const GmArg* gm_args, int n_gm_args,
                const std::function<void()>& body, LaunchMode mode = LAUNCH_VECTOR);
 
+/* KERNEL_TASK_TYPE_DEFAULT(type) as a kernel's first statement: a launch of another type starts
+ * over as this one (a mixed kernel needs no special launch). */
+void declare_kernel_type(int type, Loc loc);
+
 /* --- cross-core flags (CrossCoreSetFlag / CrossCoreWaitFlag, mode 2 of Atlas A2) --- */
 void cross_set(int mode, Pipe pipe, int id, Loc loc);
 void cross_wait(int id, Loc loc);
