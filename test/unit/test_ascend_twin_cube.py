@@ -205,12 +205,13 @@ def test_float_gemm_with_transposed_weights(lib, m, n, k):
 
 # --- mixed kernels: AIC and AIV through GM with cross-core flags --------------------------------
 
-def test_mixed_kernel_hands_the_product_to_the_vector_cores(lib):
+@pytest.mark.parametrize("how", [1, 2])     # launched as mixed; declared by its first statement
+def test_mixed_kernel_hands_the_product_to_the_vector_cores(lib, how):
     rng = np.random.default_rng(1)
     m, n, k = 40, 36, 56
     a, b = _ints((m, k), rng, np.float16), _ints((k, n), rng, np.float16)
     ws, out = np.zeros((m, n), np.float32), np.zeros((m, n), np.float16)
-    assert lib.run_mix_relu(1, m, n, k, _p(a), _p(b), _p(ws), _p(out)) == 0, _error(lib)
+    assert lib.run_mix_relu(how, m, n, k, _p(a), _p(b), _p(ws), _p(out)) == 0, _error(lib)
     want = np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0)
     np.testing.assert_array_equal(out, want.astype(np.float16))
 
@@ -265,6 +266,8 @@ VIOLATIONS = {  # kernel -> (launch mode: 0 vector, 1 AIC, 2 mixed; fragments of
     "cross_wait_hang": (2, ["kernel cross_wait_hang block 0: CrossCoreWaitFlag: the block would "
                             "hang: AIV0 waits for flag 1 (CrossCoreWaitFlag at cube_bad.cpp:{line})",
                             "AIV1 waits for flag 1"]),
+    "late_kernel_type": (0, ["KERNEL_TASK_TYPE_DEFAULT: the kernel type must be declared by "
+                             "the kernel's first statement"]),
     "cross_flag_overflow": (2, ["kernel cross_flag_overflow block 0 AIC: CrossCoreSetFlag: the "
                                 "counter of cross-core flag 2 would exceed 15"]),
 }

@@ -349,3 +349,42 @@ def test_target_ascend_on_the_command_line_builds_with_the_toolkit(tmp_path: Pat
                               capture_output=True, text=True, check=True).stdout
     assert re.search(r" T swiglu$", exported, re.M)
     assert "tilec_ascend_launch_0" not in exported
+
+
+CUBE_LINEAR = """
+func linear(x: Tensor<f16>[m, k], w: Tensor<f16>[n, k], b: Tensor<f16>[n]) -> Tensor<f16>[m, n] {
+  return x @ transpose(w, perm=[1, 0]) + b;
+}
+"""
+
+RUN_LINEAR = """
+import sys
+import numpy as np
+import tilec
+lib = tilec.load(sys.argv[1])
+rng = np.random.default_rng(0)
+x, w, b = (rng.uniform(-1, 1, s).astype(np.float16) for s in ((70, 90), (300, 90), (300,)))
+want = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float16) + b
+got = lib.linear(x, w, b)
+np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=4e-3, atol=4e-3)
+print("ok")
+"""
+
+
+def test_a_cube_gemm_builds_with_the_toolkit_and_runs(tmp_path: Path, fake_cann: Path) -> None:
+    """A mixed AIC/AIV kernel (a half Linear layer on the Cube) through the CANN project on
+    the fake toolkit: bisheng compiles it, and <<<>>> runs it on the twin, which starts the
+    launch over as a mixed one at the kernel's KERNEL_TASK_TYPE_DEFAULT."""
+    tile = tmp_path / "linear.tile"
+    tile.write_text(CUBE_LINEAR)
+    assert main([str(tile), "--target", "ascend", "--emit=ascendc", "-o",
+                 str(tmp_path / "k.asc")]) == 0
+    assert "KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);" in (tmp_path / "k.asc").read_text()
+    env = {**os.environ, "ASCEND_HOME_PATH": str(fake_cann)}
+    done = subprocess.run([TILEC, tile, "--target", "ascend", "--no-cache", "-o",
+                           tmp_path / "k.so"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run([sys.executable, "-c", RUN_LINEAR, tmp_path / "k.so"],
+                         env={**env, "LD_LIBRARY_PATH": str(fake_cann / "lib64")},
+                         capture_output=True, text=True)
+    assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr

@@ -188,6 +188,11 @@ BAD(cross_flag_overflow) {
   for (int i = 0; i < 16; ++i) CrossCoreSetFlag<2, PIPE_FIX>(2);  // VIOLATION
 }
 
+BAD(late_kernel_type) {
+  TPipe pipe;
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);  // VIOLATION
+}
+
 #define ENTRY(name) {#name, &cube_bad_##name}
 namespace {
 struct Entry {
@@ -200,7 +205,7 @@ const Entry kEntries[] = {
     ENTRY(mmad_beyond_l0a), ENTRY(ub_on_cube),      ENTRY(l1_on_vector),
     ENTRY(missing_mte2_mte1), ENTRY(missing_m_fix), ENTRY(fixpipe_quant),
     ENTRY(nd2nz_range),    ENTRY(cross_flag_not_mix), ENTRY(cross_wait_hang),
-    ENTRY(cross_flag_overflow),
+    ENTRY(cross_flag_overflow), ENTRY(late_kernel_type),
 };
 }  // namespace
 

@@ -195,6 +195,13 @@ extern "C" __global__ __mix__(1, 2) void mix_relu_nowait(GM_ADDR a, GM_ADDR b, G
   mix_relu<false>(a, b, ws, out);
 }
 
+// The same, declaring its type by its first statement (launched as a vector kernel).
+extern "C" __global__ __aicore__ void mix_relu_declared(GM_ADDR a, GM_ADDR b, GM_ADDR ws,
+                                                        GM_ADDR out) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  mix_relu<true>(a, b, ws, out);
+}
+
 // Block indices as the GetBlockIdx page gives them: AIC 0..blockDim-1, AIV 0..2*blockDim-1.
 // ids[2 * i] and ids[2 * i + 1] of the AIC of block i, ids[64 + 2 * i ...] of AIV i.
 extern "C" __global__ __mix__(1, 2) void mix_ids(GM_ADDR ids) {
@@ -243,6 +250,7 @@ extern "C" int run_mix_relu(int wait, uint32_t m, uint32_t n, uint32_t k, const 
   tilec_twin_register_gm(b, uint64_t(k) * n * 2, "b");
   tilec_twin_register_gm(ws, uint64_t(m) * n * 4, "ws");
   tilec_twin_register_gm(out, uint64_t(m) * n * 2, "out");
+  if (wait == 2) return ASCEND_TWIN_LAUNCH(mix_relu_declared, 1, nullptr, a, b, ws, out);
   if (wait) return ASCEND_TWIN_LAUNCH_MIX(mix_relu_ok, 1, nullptr, a, b, ws, out);
   return ASCEND_TWIN_LAUNCH_MIX(mix_relu_nowait, 1, nullptr, a, b, ws, out);
 }

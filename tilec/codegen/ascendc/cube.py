@@ -56,11 +56,26 @@ class CubePlan:
     m: Dim
     n: Dim
     k: Dim
+    # A is stored in float: the AIVs split it into two ``dtype`` parts, hi = round(a) and
+    # lo = round(a - hi), and the AIC multiplies both (a's float precision, not dtype's)
+    convert_a: bool
+
+    @property
+    def a_offset(self) -> str:
+        """C++: where A's hi part starts in the workspace (after the product)."""
+        return f"(t.rows * ({cxx.dim(self.n)}) * 4 + 31) / 32 * 32"
+
+    @property
+    def lo_offset(self) -> str:
+        """C++: where A's lo part starts in the workspace (after the hi part)."""
+        return f"{self.a_offset} + (t.rows * ({cxx.dim(self.k)}) * 2 + 31) / 32 * 32"
 
     @property
     def product_bytes(self) -> str:
-        """C++: bytes of the float product of every row (``t.rows`` rows of N)."""
-        return f"RoundUp32(t.rows * ({cxx.dim(self.n)}) * 4)"
+        """C++: bytes of the float product of every row (``t.rows`` rows of N), and of A
+        rounded to the operand type when it is stored in float."""
+        a = f" + 2 * RoundUp32(t.rows * ({cxx.dim(self.k)}) * 2)" if self.convert_a else ""
+        return f"RoundUp32(t.rows * ({cxx.dim(self.n)}) * 4){a}"
 
     @property
     def guard(self) -> str:
@@ -76,20 +91,23 @@ def plan(fn: Any, kernel: Any) -> Optional[CubePlan]:
     inputs = [tensor_info(t) for t in fn.type.inputs]
     outputs = [tensor_info(t) for t in fn.type.results]
     a, b = inputs[tile.lhs], inputs[tile.rhs]
-    if a.dtype not in CUBE_TYPES or b.dtype != a.dtype or a.rank_generic or b.rank_generic:
+    if b.dtype not in CUBE_TYPES or a.rank_generic or b.rank_generic:
         return None
     if any(o.rank_generic for o in outputs) or len(outputs[0].shape) < 2:
         return None
-    # the row body must read A and B as stored (no cast on the load)
-    block = fn.regions[0].blocks[0]
-    for op in block.operations:
-        if op.operation.name == "tile.load_row":
-            arg = op.operands[0]
-            if isinstance(arg, ir.BlockArgument) and arg.arg_number in (tile.lhs, tile.rhs) \
-                    and tensor_info(op.results[0].type).dtype != a.dtype:
-                return None
+    # the row body reads B as stored, and A as stored or rounded from float to B's type (an
+    # intermediate result kept in float between kernels)
+    read = {}
+    for op in fn.regions[0].blocks[0].operations:
+        if op.operation.name == "tile.load_row" and isinstance(op.operands[0], ir.BlockArgument):
+            read.setdefault(op.operands[0].arg_number, set()).add(
+                tensor_info(op.results[0].type).dtype)
+    if read.get(tile.rhs) != {b.dtype} or read.get(tile.lhs) != {b.dtype}:
+        return None
+    if a.dtype not in (b.dtype, "float32"):
+        return None
     shape = outputs[0].shape
-    return CubePlan(tile, a.dtype, shape[-2], shape[-1], a.shape[-1])
+    return CubePlan(tile, b.dtype, shape[-2], shape[-1], a.shape[-1], a.dtype != b.dtype)
 
 
 def render(p: CubePlan, entry: str, tiling: str) -> str:
@@ -98,4 +116,5 @@ def render(p: CubePlan, entry: str, tiling: str) -> str:
     return TEMPLATES.get_template("cube.asc.j2").render(
         entry=entry, tiling=tiling, ctype=C_TYPE[p.dtype], m=cxx.dim(p.m), n=cxx.dim(p.n),
         k=cxx.dim(p.k), tm=t.tile_m, tn=t.tile_n, tk=t.block_k, trans_b=t.transpose_b,
-        broadcast_b=t.broadcast_b, lhs=f"in{t.lhs}", rhs=f"in{t.rhs}").rstrip() + "\n"
+        broadcast_b=t.broadcast_b, convert_a=p.convert_a, a_offset=p.a_offset,
+        lo_offset=p.lo_offset).rstrip() + "\n"

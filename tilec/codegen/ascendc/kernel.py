@@ -184,6 +184,7 @@ class _Lowering(Reducer, LayoutOps):
         self.env: dict[Any, Lazy] = {}
         self.reductions: dict[tuple, tuple[Lazy, Lazy]] = {}    # key -> (operand, result)
         self.returned: list[Any] = []
+        self.before_cube = Code()         # per row, before the AIC runs (a Cube kernel's A)
 
     # -- set-up --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -339,6 +340,8 @@ class _Lowering(Reducer, LayoutOps):
     def op_matmul(self, op: Any) -> Lazy:
         info = self.result_info(op)
         if self.k.cube is not None:    # the AIC's float product of this row, in GM
+            if self.k.cube.convert_a:
+                self.round_lhs(op.operands[0])
             store = next(o for o in self.k.fn.regions[0].blocks[0].operations
                          if o.operation.name == "tile.store_row")
             row = self.global_row(store, Gm("gmCube", "float32"),
@@ -350,6 +353,24 @@ class _Lowering(Reducer, LayoutOps):
         self.matmul(lhs, rhs, out)
         self.fence()
         return replace(out, dtype=info.dtype)
+
+    def round_lhs(self, lhs: Any) -> None:
+        """The Cube's A, stored in float: this row split into two parts of the operand
+        type, hi = round(a) and lo = round(a - hi), into the workspace (``gmA16``,
+        ``gmA16Lo``), in the loop that runs before the AIC starts."""
+        plan = self.k.cube
+        info = replace(self.k.inputs[plan.tile.lhs], dtype=plan.dtype)
+        a = self.lazy(lhs)
+        a32 = replace(a, dtype="float32")
+        hi = Map("cast", (a32,), a.sizes, plan.dtype)
+        rest = Map("sub", (a32, Map("cast", (hi,), a.sizes, "float32")), a.sizes, "float32")
+        body, self.body = self.body, self.before_cube
+        try:
+            self.write(hi, self.global_row(lhs.owner, Gm("gmA16", plan.dtype), info))
+            self.write(Map("cast", (rest,), a.sizes, plan.dtype),
+                       self.global_row(lhs.owner, Gm("gmA16Lo", plan.dtype), info))
+        finally:
+            self.body = body
 
     # -- lazy helpers --------------------------------------------------------------------------
     def readable(self, x: Lazy) -> Lazy:
@@ -415,7 +436,10 @@ class _Lowering(Reducer, LayoutOps):
         plan = k.cube
         return render_kernel({
             "cube": plan and {"text": cube.render(plan, k.entry, f"{k.entry}_tiling"),
-                              "lhs": f"in{plan.tile.lhs}", "rhs": f"in{plan.tile.rhs}"},
+                              "lhs": f"in{plan.tile.lhs}", "rhs": f"in{plan.tile.rhs}",
+                              "ctype": C_TYPE[plan.dtype], "a_offset": plan.a_offset,
+                              "lo_offset": plan.lo_offset,
+                              "k": cxx.dim(plan.k), "before": self.before_cube.lines},
             "k": {"name": k.name, "entry": k.entry, "tiling": f"{k.entry}_tiling",
                   "symbols": k.symbols, "rank_generic": k.rank_generic, "grid": k.grid},
             "flat": self.flat, "notes": self.notes, "plan": self.plan,

@@ -21,7 +21,7 @@ import math
 from dataclasses import replace
 
 from ...dims import Dim
-from ..common.values import ONE, Lazy, Splat, View, numel, reindex
+from ..common.values import ONE, ZERO, Lazy, Splat, View, numel, reindex
 from . import cxx
 from .cxx import f32
 from .lazy import describe, fix, leaves
@@ -182,7 +182,11 @@ class Reducer(Stream):
         code = self.body
         acc, part, staged = self.slots.take(), self.slots.take(), self.slots.take()
         k_size, n_size = rhs.sizes
-        with self.chunks(code, Domain.of([n_size], []), ["0"]) as at:
+        # a row of a weight read in place across its rows (a transposed one) is gathered:
+        # chunks of at most GATHER elements
+        strided = any(v.strides[-1] not in (ZERO, ONE) for v in leaves(rhs).values())
+        with self.chunks(code, Domain.of([n_size], []), ["0"],
+                         limit="GATHER" if strided else "CHUNK") as at:
             code(f"LocalTensor<float> acc = Slot<float>({acc});")
             code(f"Duplicate(acc, 0.0f, {at.count});")
             k_domain = Domain.of([k_size], list(leaves(lhs).values()))
