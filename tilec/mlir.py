@@ -13,15 +13,15 @@ import sys
 
 from torch_mlir import ir, passmanager, rewrite  # noqa: F401
 from torch_mlir.dialects import (arith, builtin, ext, func, gpu, llvm, math,  # noqa: F401
-                                 memref, scf)
+                                 memref, nvvm, scf)
 from torch_mlir.dialects import irdl
 from torch_mlir.dialects._ods_common import _cext
 from torch_mlir.dialects.llvm import translate_module_to_llvmir  # noqa: F401
 from torch_mlir.dialects.ext import Dialect, Operand, Result, result  # noqa: F401
 
 __all__ = ["ir", "passmanager", "rewrite", "arith", "builtin", "ext", "func", "gpu", "llvm",
-           "math", "memref", "scf", "translate_module_to_llvmir", "Dialect", "Operand", "Result",
-           "result", "BUILDER_DIALECTS", "new_context", "load_dialect"]
+           "math", "memref", "nvvm", "scf", "translate_module_to_llvmir", "Dialect", "Operand",
+           "Result", "result", "BUILDER_DIALECTS", "new_context", "load_dialect"]
 
 BUILDER_DIALECTS: tuple[str, ...] = tuple(
     module.__name__.rpartition(".")[2]

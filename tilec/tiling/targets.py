@@ -88,7 +88,8 @@ TARGETS: dict[str, TargetDesc] = {
                       resident_levels=frozenset({"L1", "SHARED", "UB"}), streams_rows=False,
                       # mma.sync m16n8k16 tiles; cp.async stages of 128 x 32 blocks in shared
                       gemm=GemmDesc(micro=((16, 8),), stages=3, staging="shared",
-                                    small_m=0, staged_bytes=2, tile=(128, 128, 32))),
+                                    small_m=0, staged_bytes=2, tile=(128, 128, 32)),
+                      weight_views=True),
 }
 
 

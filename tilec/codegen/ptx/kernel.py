@@ -43,13 +43,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ...diagnostics import TilecError
-from ...dialect import ELEMENT_BYTES, FUSED_ATTR, INPUT_HINTS_ATTR, REUSE_ATTR
+from ...dialect import ELEMENT_BYTES, FUSED_ATTR, INPUT_HINTS_ATTR, KERNEL_ATTR, REUSE_ATTR
 from ...dialect.locations import span_of
 from ...dialect.types import TensorInfo, tensor_info
 from ...dims import Dim
 from ...mlir import gpu, ir, llvm
 from ...mlir import math as mmath
 from ...mlir import scf
+from ...tiling.tiler import TileParams
 from ..common.layout import grid_dim, shape_of
 from ..common.rows import (SCRATCH, STORAGE, RowLowering, UnaryTable, apply, grid_point,
                            kernel_target, narrow, next_grid_point,
@@ -657,6 +658,14 @@ def is_ptx_kernel(op: Any) -> bool:
     return kernel_target(op) == "ptx"
 
 
+def _lowering(fn: Any) -> _Lowering:
+    """The tensor-core GEMM for a ``gemm`` kernel it supports (:mod:`.gemm`), else rows."""
+    from .gemm import GemmLowering, supported
+
+    tile = TileParams.of(fn.attributes[KERNEL_ATTR]).gemm
+    return GemmLowering(fn, tile) if tile is not None and supported(fn, tile) else _Lowering(fn)
+
+
 def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
     """A new module holding ``gpu.module @tilec_kernels`` with the kernel of every ptx kernel
     function of ``module``."""
@@ -670,7 +679,7 @@ def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
             llvm.GlobalOp(ir.TypeAttr.get(ir.Type.parse("!llvm.array<0 x i8>")), SHARED_SYMBOL,
                           ir.Attribute.parse("#llvm.linkage<external>"), addr_space=3,
                           alignment=VECTOR_BYTES)
-        kernels = [_Lowering(op).build(body) for op in module.body.operations
+        kernels = [_lowering(op).build(body) for op in module.body.operations
                    if is_ptx_kernel(op)]
     return out, kernels
 

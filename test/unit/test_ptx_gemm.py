@@ -1,0 +1,121 @@
+"""The tensor-core GEMM of the PTX backend (tilec/codegen/ptx/gemm.py) without a GPU: every
+float16/bfloat16 ``gemm`` kernel (plain, batched, a weight broadcast over the batch, a
+Linear weight ``[N, K]`` read in place, a float32 or several results from the epilogue) lowers to mma.sync m16n8k16, ldmatrix and
+cp.async, ptxas assembles it for sm_80 and sm_90 with no spills and within the arch's
+shared memory, and the host launches it with 256 threads; a float32 matmul keeps the
+element-per-thread lowering.  Whether the results are right is bench/gpu_check.py's job."""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+import tilec.passes  # noqa: F401  (registers the passes)
+from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
+from tilec.codegen.ptx.gemm import THREADS
+from tilec.codegen.ptx.toolchain import SHARED_LIMIT
+from tilec.diagnostics import DiagnosticSink
+from tilec.dialect import KERNEL_ATTR, make_context
+from tilec.driver import CompileOptions, kernel_module
+from tilec.mlir import ir
+from tilec.tiling.tiler import TileParams
+
+GEMMS = """
+func linear_gelu(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n], b: Tensor<bf16>[n]) -> Tensor<bf16>[m, n] {
+  return gelu(x @ w + b);
+}
+
+func half_to_float(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n]) -> Tensor<f32>[m, n] {
+  return cast(x @ w, f32);
+}
+
+func batched(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[b, k, n]) -> Tensor<bf16>[b, m, n] {
+  return x @ w;
+}
+
+func shared_weight(x: Tensor<f16>[b, m, k], w: Tensor<f16>[k, n]) -> Tensor<f16>[b, m, n] {
+  return (x @ w) * 0.5;
+}
+
+func linear(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<bf16>[m, n] {
+  return x @ transpose(w, [1, 0]);
+}
+
+func two_results(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n], r: Tensor<bf16>[m, n])
+    -> (Tensor<bf16>[m, n], Tensor<bf16>[m, n]) {
+  let y = x @ w + r;
+  return (y, relu(y));
+}
+"""
+NAMES = ("linear_gelu", "half_to_float", "batched", "shared_weight", "linear", "two_results")
+OPERANDS = {"linear_gelu": "bf16", "half_to_float": "f16", "batched": "bf16",
+            "shared_weight": "f16", "linear": "bf16", "two_results": "bf16"}
+TRANSPOSED_WEIGHT = {"linear"}      # B [N, K] read in place: ldmatrix without .trans
+
+
+@functools.cache
+def compiled(source: str, arch: str) -> tuple[PtxKernels, dict[str, str]]:
+    """The kernels, and the function each ``gemm``-scheduled kernel comes from."""
+    with make_context():
+        module = kernel_module(source, "gemm.tile", CompileOptions(target="ptx"),
+                               DiagnosticSink())
+        gemms = {}
+        for op in module.body.operations:
+            if KERNEL_ATTR in op.attributes and \
+                    TileParams.of(op.attributes[KERNEL_ATTR]).schedule == "gemm":
+                name = ir.StringAttr(op.attributes["sym_name"]).value
+                gemms[name] = name.rsplit("__", 1)[0]
+        return PtxBackend(Options(arch)).run(module, "cubin"), gemms
+
+
+def entries(ptx: str) -> dict[str, str]:
+    """Each kernel's PTX body by name."""
+    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_gemm_kernels_run_on_the_tensor_cores_without_spills(arch: str) -> None:
+    kernels, gemms = compiled(GEMMS, arch)
+    bodies = entries(kernels.ptx)
+    assert sorted(gemms.values()) == sorted(NAMES)
+    for kernel, name in gemms.items():
+        body = bodies[kernel]
+        kind = OPERANDS[name]
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in body, name
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in body, name
+        transposing = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
+        assert transposing == (name not in TRANSPOSED_WEIGHT), name
+        assert "cp.async.cg.shared.global" in body and "cp.async.wait_group" in body, name
+    reports = {r.name: r for r in kernels.reports()}
+    assert set(reports) == set(bodies)
+    for report in reports.values():       # every kernel, the copies beside the GEMMs too
+        assert (report.spill_stores, report.spill_loads) == (0, 0), report
+        assert report.registers <= 255
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_gemm_launch_fits_the_arch(arch: str) -> None:
+    """256 threads (the host gives ceil(row_elements / 8), at most 256), and three stages
+    of a 128 x 32 A block and a 32 x 128 B block (128 x 32 for a weight [N, K]), rows
+    padded by 8 elements; .maxntid tells ptxas the 256."""
+    kernels, gemms = compiled(GEMMS, arch)
+    bodies = entries(kernels.ptx)
+    for kernel in kernels.kernels:
+        if kernel.name not in gemms:
+            continue
+        assert kernel.row_elements.value == 8 * THREADS
+        assert ".maxntid 256, 1, 1" in bodies[kernel.name]
+        b_block = 128 * 40 if gemms[kernel.name] in TRANSPOSED_WEIGHT else 32 * 136
+        stages = 3 * (128 * 40 + b_block) * 2
+        assert stages <= kernel.shared.value <= stages + 2 * 16
+        assert kernel.shared.value <= SHARED_LIMIT[arch]
+
+
+def test_float32_matmul_keeps_one_element_per_thread() -> None:
+    source = ("func f(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] {\n"
+              "  return x @ w;\n}\n")
+    kernels, gemms = compiled(source, "sm_90")
+    assert list(gemms) == ["f__k0"]
+    assert "mma.sync" not in kernels.ptx and "fma.rn.f32" in kernels.ptx
