@@ -1,17 +1,24 @@
 """The GPU check of the PTX backend, in two halves (``bench/gpu_check.sh`` runs both).
 
-``prepare BUNDLE`` (here, with tilec installed): compiles every shared example and every
-corpus program (``test/corpus/*.tile``) to a ptx library, computes reference outputs with the
-reference interpreter on fixed-seed inputs (the sizes of each program's ``// SIZES:`` header,
-smallest first), builds the five benchmark operators, and copies the runtime (``loader.py``,
-``device.py``, ``dims.py``, ``numerics.py``) into BUNDLE, which stays under 64 MiB.
+``prepare BUNDLE [--only PART ...]`` (here, with tilec installed): the parts are
+``programs`` (every shared example and every corpus program, ``test/corpus/*.tile``, compiled
+to a ptx library, with reference outputs from the reference interpreter on fixed-seed inputs,
+the sizes of each program's ``// SIZES:`` header, smallest first), ``bench`` (the five
+memory-bound benchmark operators) and ``gemm`` (the tensor-core GEMMs of :data:`GEMM_SOURCE`);
+every part by default.  The runtime (``loader.py``, ``device.py``, ``interop.py``,
+``binding.py``, ``dims.py``, ``numerics.py``) goes into BUNDLE, which stays under 64 MiB.
 
 ``run BUNDLE`` (on the GPU machine: Python 3.12, NumPy, PyTorch, Triton; no tilec, no MLIR):
-loads each library with the bundled runtime only, checks every output against its reference
-under the numerical contract, then measures GB/s for swiglu, rmsnorm, layernorm, softmax and
-rope at 4096 tokens x 4096 hidden against the H200's peak HBM bandwidth (about 4.8 TB/s) and
-against Triton kernels for the same ops, within 5 minutes.  It prints one line per program
-(``ok``/``FAIL`` and the worst error) and one per benchmark, and exits 1 on any failure.
+stops at once, exit status 2, when PyTorch sees no CUDA GPU.  Otherwise it loads each library
+with the bundled runtime only, checks every output against its reference under the numerical
+contract, checks the GEMMs at awkward sizes (M, N in 1, 127, 1000; K 255, whose rows are
+copied element by element, and 256, whose rows go through cp.async) against float64, then
+measures GB/s for swiglu, rmsnorm, layernorm, softmax and rope at 4096 tokens x 4096 hidden
+against the H200's peak HBM bandwidth (about 4.8 TB/s) and against Triton kernels for the
+same ops, and TFLOP/s of ``gelu(x @ w + b)`` at 4096^3 in float16 and bfloat16 against
+``torch.matmul`` (cuBLAS; bare, and with PyTorch's bias and GELU after it) and a Triton GEMM
+with the same epilogue fused, within 5 minutes.  It prints one line per program, GEMM shape
+and benchmark, and exits 1 on any failure.
 """
 from __future__ import annotations
 
@@ -32,6 +39,32 @@ TOKENS = HIDDEN = 4096
 HEADS = 32
 EXAMPLE_SIZES = {"swiglu": "batch=2 seq=127 hidden=255", "layernorm": "...=(3,5)",
                  "rmsnorm_templated": "seq=127 hidden=255", "rope": "tokens=127 heads=7 half=32"}
+PARTS = ("programs", "bench", "gemm")
+GEMM_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+GEMM_TEMPLATE = """
+func gemm_{t}(x: Tensor<{t}>[m, k], w: Tensor<{t}>[k, n]) -> Tensor<{t}>[m, n] {{
+  return x @ w;
+}}
+func linear_gelu_{t}(x: Tensor<{t}>[m, k], w: Tensor<{t}>[k, n], b: Tensor<{t}>[n])
+    -> Tensor<{t}>[m, n] {{
+  return gelu(x @ w + b);
+}}
+"""
+GEMM_VIEWS = """
+func linear_t_bf16(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<bf16>[m, n] {
+  return x @ transpose(w, [1, 0]);
+}
+func shared_weight_bf16(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[k, n]) -> Tensor<bf16>[b, m, n] {
+  return x @ w;
+}
+"""
+GEMM_SOURCE = "".join(GEMM_TEMPLATE.format(t=t) for t in GEMM_DTYPES.values()) + GEMM_VIEWS
+"""The GEMMs of the check: plain and with a bias and GELU in float16 and bfloat16, and in
+bfloat16 a Linear weight [n, k] read in place and a weight broadcast over a batch."""
+GEMM_KINDS = {"f16": ("gemm", "linear_gelu"),
+              "bf16": ("gemm", "linear_gelu", "linear_t", "shared_weight")}
+GEMM_SIZES = [(m, n, k) for k in (255, 256) for m in (1, 127, 1000) for n in (1, 127, 1000)]
+GEMM_BENCH = 4096
 BENCH_SOURCES = {
     "softmax": "func softmax_rows(x: Tensor[rows, n]) -> Tensor[rows, n] {\n"
                "  return softmax(x, axis=-1);\n}\n",
@@ -57,13 +90,37 @@ def _sizes(text: str, stem: str) -> tuple[dict[str, int], tuple[int, ...]]:
     return symbols, lead
 
 
-def prepare(bundle: Path) -> None:
+def prepare(bundle: Path, parts: tuple[str, ...] = PARTS) -> None:
+    bundle.mkdir(parents=True, exist_ok=True)
+    cases, programs = _prepare_programs(bundle) if "programs" in parts else ([], [])
+    if "bench" in parts:
+        _prepare_bench(bundle)
+    if "gemm" in parts:
+        _prepare_gemm(bundle)
+    runtime = bundle / "tilec"
+    (runtime / "runtime").mkdir(parents=True, exist_ok=True)
+    (runtime / "harness").mkdir(exist_ok=True)
+    for name in ("runtime/loader.py", "runtime/device.py", "runtime/interop.py", "binding.py",
+                 "dims.py", "harness/numerics.py"):
+        shutil.copy(REPO / "tilec" / name, runtime / name)
+    for package in ("", "runtime", "harness"):
+        (runtime / package / "__init__.py").write_text("")
+    (bundle / "cases.json").write_text(json.dumps(cases, indent=1))
+    shutil.copy(Path(__file__), bundle / "gpu_check.py")
+    shutil.copy(Path(__file__).with_name("triton_kernels.py"), bundle)
+    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    print(f"bundle {bundle}: {', '.join(parts)}; {len(cases)} functions of {len(programs)} "
+          f"programs, {size / 2**20:.1f} MiB")
+    if size > 64 * 2**20:
+        raise SystemExit("the bundle is over 64 MiB")
+
+
+def _prepare_programs(bundle: Path) -> tuple[list[dict], list[Path]]:
     import tilec
     from tilec.dialect import params_of
     from tilec.frontend import compile_source
     from tilec.harness.reference import find_function, run
 
-    bundle.mkdir(parents=True, exist_ok=True)
     programs = [REPO.parent / "shared" / "examples" / f"{n}.tile" for n in EXAMPLE_SIZES]
     programs += sorted((REPO / "test" / "corpus").glob("*.tile"))
     cases = []
@@ -109,23 +166,22 @@ def prepare(bundle: Path) -> None:
                           "result_types": _result_dtypes(fn)})
     for name in ("swiglu", "rmsnorm_templated", "layernorm", "rope"):
         shutil.copy(bundle / "programs" / f"{name}.so", bundle / f"bench_{name}.so")
+    return cases, programs
+
+
+def _prepare_bench(bundle: Path) -> None:
+    import tilec
+
     for name, source in BENCH_SOURCES.items():
         shutil.copy(tilec.compile_string(source, f"{name}.tile", target="ptx").path,
                     bundle / f"bench_{name}.so")
-    runtime = bundle / "tilec"
-    (runtime / "runtime").mkdir(parents=True, exist_ok=True)
-    (runtime / "harness").mkdir(exist_ok=True)
-    for name in ("runtime/loader.py", "runtime/device.py", "dims.py", "harness/numerics.py"):
-        shutil.copy(REPO / "tilec" / name, runtime / name)
-    for package in ("", "runtime", "harness"):
-        (runtime / package / "__init__.py").write_text("")
-    (bundle / "cases.json").write_text(json.dumps(cases, indent=1))
-    shutil.copy(Path(__file__), bundle / "gpu_check.py")
-    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
-    print(f"bundle {bundle}: {len(cases)} functions of {len(programs)} programs, "
-          f"{size / 2**20:.1f} MiB")
-    if size > 64 * 2**20:
-        raise SystemExit("the bundle is over 64 MiB")
+
+
+def _prepare_gemm(bundle: Path) -> None:
+    import tilec
+
+    shutil.copy(tilec.compile_string(GEMM_SOURCE, "gemm.tile", target="ptx").path,
+                bundle / "bench_gemm.so")
 
 
 def _result_dtypes(fn) -> list[str]:
@@ -225,22 +281,146 @@ def benchmarks(bundle: Path) -> int:
     return failures
 
 
+def _gemm_reference(name: str, x, w, b):
+    """float64 of the GEMM ``name`` (on the GPU)."""
+    import torch
+    x, w = x.double(), w.double()
+    if name.startswith("linear_t"):
+        return x @ w.T
+    if name.startswith("linear_gelu"):
+        return torch.nn.functional.gelu(x @ w + b.double())
+    return x @ w
+
+
+def _gemm_args(name: str, m: int, n: int, k: int, dtype, gen) -> list:
+    import torch
+
+    def rand(*shape):
+        return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(dtype)
+    if name.startswith("linear_t"):
+        return [rand(m, k), rand(n, k)]
+    if name.startswith("shared_weight"):
+        return [rand(3, m, k), rand(k, n)]
+    if name.startswith("linear_gelu"):
+        return [rand(m, k), rand(k, n), rand(n)]
+    return [rand(m, k), rand(k, n)]
+
+
+# the result's rounding (half an ulp of the output type, doubled for the epilogue's math)
+# and float32 accumulation over K (a few ulps of float32 per term)
+GEMM_TOLERANCE = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
+def check_gemms(bundle: Path) -> int:
+    """The GEMMs of :data:`GEMM_SOURCE` at :data:`GEMM_SIZES` against float64."""
+    import torch
+    from tilec.runtime.loader import load
+
+    lib = load(bundle / "bench_gemm.so")
+    gen = torch.Generator(device="cuda").manual_seed(19)
+    failures = 0
+    for dtype_name, short in GEMM_DTYPES.items():
+        dtype = getattr(torch, dtype_name)
+        for kind in GEMM_KINDS[short]:
+            name = f"{kind}_{short}"
+            worst, bad = 0.0, []
+            for m, n, k in GEMM_SIZES:
+                args = _gemm_args(name, m, n, k, dtype, gen)
+                rows = (3, m, n) if name.startswith("shared_weight") else (m, n)
+                out = torch.empty(rows, device="cuda", dtype=dtype)
+                try:
+                    lib[name](*args, out=out)
+                    got = out.double()
+                except (RuntimeError, ValueError, TypeError) as e:
+                    bad.append(f"{m}x{n}x{k}: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                want = _gemm_reference(name, *args, *([None] * (3 - len(args))))
+                allowed = GEMM_TOLERANCE[dtype_name] * want.abs() + 1e-5 * k
+                error = (got - want).abs()
+                worst = max(worst, float(error.max()) if error.numel() else 0.0)
+                if got.shape != want.shape or bool((error > allowed).any()):
+                    bad.append(f"{m}x{n}x{k}: max error {float(error.max()):.3g}")
+            failures += len(bad)
+            print(f"{'FAIL' if bad else 'ok':5} {name:48} {len(GEMM_SIZES)} sizes, max abs "
+                  f"error {worst:.3g}" + (f"; {bad[0]}" if bad else ""))
+    return failures
+
+
+def gemm_benchmarks(bundle: Path) -> int:
+    """TFLOP/s of gelu(x @ w + b) at GEMM_BENCH^3 against cuBLAS and a Triton GEMM."""
+    import torch
+    import triton_kernels as tk
+    from tilec.runtime.loader import load
+
+    lib = load(bundle / "bench_gemm.so")
+    s = GEMM_BENCH
+    flops = 2.0 * s ** 3
+    failures = 0
+    print(f"{'gemm ' + str(s) + '^3':16} {'tilec':>8} {'torch.matmul':>13} {'torch+epi':>10} "
+          f"{'triton':>8} {'tilec/cuBLAS':>13}  (TFLOP/s; tilec and triton fuse bias+GELU)")
+    for dtype_name, short in GEMM_DTYPES.items():
+        dtype = getattr(torch, dtype_name)
+        x = torch.randn(s, s, device="cuda", dtype=dtype)
+        w = torch.randn(s, s, device="cuda", dtype=dtype) / 64
+        b = torch.randn(s, device="cuda", dtype=dtype)
+        out, ref = (torch.empty(s, s, device="cuda", dtype=dtype) for _ in range(2))
+        fn = lib[f"linear_gelu_{short}"]
+        ours = _time(lambda: fn(x, w, b, out=out))
+        bare = _time(lambda: torch.matmul(x, w, out=ref))
+        eager = _time(lambda: torch.nn.functional.gelu(torch.addmm(b, x, w)))
+        theirs = _time(lambda: tk.matmul_bias_gelu(x, w, b, ref))
+        torch.cuda.synchronize()
+        want = torch.nn.functional.gelu(torch.addmm(b.float(), x.float(), w.float()))
+        diff = (out.float() - want).abs().max().item()
+        failures += diff > 4 * GEMM_TOLERANCE[dtype_name] * max(1.0, want.abs().max().item())
+        print(f"{dtype_name:16} {flops / ours / 1e12:8.1f} {flops / bare / 1e12:13.1f} "
+              f"{flops / eager / 1e12:10.1f} {flops / theirs / 1e12:8.1f} "
+              f"{bare / ours:12.2f}x  max |tilec - float32| {diff:.3g}")
+    return failures
+
+
+def gpu_missing() -> str:
+    """Why this machine cannot run the check ('' when it can)."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU (torch.cuda.is_available() is False)"
+    return ""
+
+
+def run(bundle: Path) -> int:
+    """The run half (module docstring): 2 without a GPU, 1 on any failure, else 0."""
+    missing = gpu_missing()
+    if missing:
+        print(f"gpu_check run: {missing}; run it on the GPU machine", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    failures = check_programs(bundle)
+    if (bundle / "bench_gemm.so").exists():
+        failures += check_gemms(bundle)
+    if (bundle / "bench_swiglu.so").exists() and (bundle / "bench_softmax.so").exists():
+        failures += benchmarks(bundle)
+    if (bundle / "bench_gemm.so").exists():
+        failures += gemm_benchmarks(bundle)
+    print(f"{failures} failure(s) in {time.monotonic() - start:.0f} s")
+    return 1 if failures else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("prepare", "run"))
     parser.add_argument("bundle", type=Path)
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="prepare: the parts to build (default: all)")
     args = parser.parse_args()
     if args.mode == "prepare":
         sys.path.insert(0, str(REPO))
-        prepare(args.bundle)
-        shutil.copy(Path(__file__).with_name("triton_kernels.py"), args.bundle)
+        prepare(args.bundle, tuple(args.only))
         return 0
     sys.path.insert(0, str(args.bundle))
-    start = time.monotonic()
-    failures = check_programs(args.bundle)
-    failures += benchmarks(args.bundle)
-    print(f"{failures} failure(s) in {time.monotonic() - start:.0f} s")
-    return 1 if failures else 0
+    return run(args.bundle)
 
 
 if __name__ == "__main__":

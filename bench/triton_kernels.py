@@ -1,6 +1,8 @@
 """Triton kernels for the GPU check's benchmarks (``bench/gpu_check.py run``): swiglu, rmsnorm,
-layernorm, softmax and rope, one program per row, each writing into a preallocated ``out``
-like the tilec calls they are measured against."""
+layernorm, softmax and rope, one program per row, and a GEMM with a fused bias and GELU (the
+structure of Triton's matmul tutorial: a program per output block, blocks grouped along M so
+that neighbours share B's columns in L2, ``tl.dot`` over K blocks; written for this check),
+each writing into a preallocated ``out`` like the tilec calls they are measured against."""
 import torch
 import triton
 import triton.language as tl
@@ -90,3 +92,48 @@ def rope(q: torch.Tensor, freqs: torch.Tensor, out: torch.Tensor) -> None:
     tokens, heads, width = q.shape
     half = width // 2
     _rope[(tokens, heads)](q, freqs, out, heads, half, BLOCK=triton.next_power_of_2(half))
+
+
+_GEMM_CONFIGS = [
+    triton.Config({"BM": 128, "BN": 256, "BK": 64, "GROUP": 8}, num_warps=8, num_stages=3),
+    triton.Config({"BM": 128, "BN": 128, "BK": 64, "GROUP": 8}, num_warps=4, num_stages=4),
+    triton.Config({"BM": 256, "BN": 128, "BK": 64, "GROUP": 8}, num_warps=8, num_stages=3),
+]
+
+
+@triton.autotune(configs=_GEMM_CONFIGS, key=["m", "n", "k"])
+@triton.jit
+def _matmul_bias_gelu(x_ptr, w_ptr, b_ptr, out, m, n, k, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr, GROUP: tl.constexpr):
+    pid = tl.program_id(0)
+    blocks_m, blocks_n = tl.cdiv(m, BM), tl.cdiv(n, BN)
+    band = pid // (GROUP * blocks_n)                 # GROUP block rows walked column by column
+    first = band * GROUP
+    height = tl.minimum(blocks_m - first, GROUP)
+    inside = pid % (GROUP * blocks_n)
+    bm, bn = first + inside % height, inside // height
+    rows = bm * BM + tl.arange(0, BM)
+    cols = bn * BN + tl.arange(0, BN)
+    ks = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, k, BK):
+        a = tl.load(x_ptr + rows[:, None] * k + (k0 + ks)[None, :],
+                    mask=(rows[:, None] < m) & ((k0 + ks)[None, :] < k), other=0.0)
+        b = tl.load(w_ptr + (k0 + ks)[:, None] * n + cols[None, :],
+                    mask=((k0 + ks)[:, None] < k) & (cols[None, :] < n), other=0.0)
+        acc = tl.dot(a, b, acc)
+    acc += tl.load(b_ptr + cols, mask=cols < n, other=0.0).to(tl.float32)[None, :]
+    acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    tl.store(out + rows[:, None] * n + cols[None, :], acc.to(out.dtype.element_ty),
+             mask=(rows[:, None] < m) & (cols[None, :] < n))
+
+
+def matmul_bias_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                     out: torch.Tensor) -> None:
+    """out = gelu(x @ w + b) for contiguous x [m, k], w [k, n], b [n]."""
+    m, k = x.shape
+    n = w.shape[1]
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
+    _matmul_bias_gelu[grid](x, w, b, out, m, n, k)

@@ -1,9 +1,10 @@
 """The tensor-core GEMM of the PTX backend (tilec/codegen/ptx/gemm.py) without a GPU: every
-float16/bfloat16 ``gemm`` kernel (plain, batched, a weight broadcast over the batch, a
-Linear weight ``[N, K]`` read in place, a float32 or several results from the epilogue) lowers to mma.sync m16n8k16, ldmatrix and
-cp.async, ptxas assembles it for sm_80 and sm_90 with no spills and within the arch's
-shared memory, and the host launches it with 256 threads; a float32 matmul keeps the
-element-per-thread lowering.  Whether the results are right is bench/gpu_check.py's job."""
+float16/bfloat16 ``gemm`` kernel (a bias and GELU, a weight broadcast over the batch with a
+float32 result, a Linear weight ``[N, K]`` read in place, a batched B with two results)
+lowers to mma.sync m16n8k16, ldmatrix and cp.async, ptxas assembles it for sm_80 and sm_90
+with no spills and within the arch's shared memory, and the host launches it with 256
+threads; a float32 matmul keeps the element-per-thread lowering.  Whether the results are
+right is bench/gpu_check.py's job."""
 from __future__ import annotations
 
 import functools
@@ -26,31 +27,23 @@ func linear_gelu(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n], b: Tensor<bf16>[n
   return gelu(x @ w + b);
 }
 
-func half_to_float(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n]) -> Tensor<f32>[m, n] {
-  return cast(x @ w, f32);
-}
-
-func batched(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[b, k, n]) -> Tensor<bf16>[b, m, n] {
-  return x @ w;
-}
-
-func shared_weight(x: Tensor<f16>[b, m, k], w: Tensor<f16>[k, n]) -> Tensor<f16>[b, m, n] {
-  return (x @ w) * 0.5;
+func shared_weight(x: Tensor<f16>[b, m, k], w: Tensor<f16>[k, n]) -> Tensor<f32>[b, m, n] {
+  return cast((x @ w) * 0.5, f32);
 }
 
 func linear(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<bf16>[m, n] {
   return x @ transpose(w, [1, 0]);
 }
 
-func two_results(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n], r: Tensor<bf16>[m, n])
-    -> (Tensor<bf16>[m, n], Tensor<bf16>[m, n]) {
+func batched_two(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[b, k, n], r: Tensor<bf16>[b, m, n])
+    -> (Tensor<bf16>[b, m, n], Tensor<bf16>[b, m, n]) {
   let y = x @ w + r;
   return (y, relu(y));
 }
 """
-NAMES = ("linear_gelu", "half_to_float", "batched", "shared_weight", "linear", "two_results")
-OPERANDS = {"linear_gelu": "bf16", "half_to_float": "f16", "batched": "bf16",
-            "shared_weight": "f16", "linear": "bf16", "two_results": "bf16"}
+NAMES = ("linear_gelu", "shared_weight", "linear", "batched_two")
+OPERANDS = {"linear_gelu": "bf16", "shared_weight": "f16", "linear": "bf16",
+            "batched_two": "bf16"}
 TRANSPOSED_WEIGHT = {"linear"}      # B [N, K] read in place: ldmatrix without .trans
 
 
