@@ -1,10 +1,11 @@
 """The tensor-core GEMM of the PTX backend (tilec/codegen/ptx/gemm.py) without a GPU: every
 float16/bfloat16 ``gemm`` kernel (a bias and GELU, a weight broadcast over the batch with a
-float32 result, a Linear weight ``[N, K]`` read in place, a batched B with two results)
-lowers to mma.sync m16n8k16, ldmatrix and cp.async, ptxas assembles it for sm_80 and sm_90
-with no spills and within the arch's shared memory, and the host launches it with 256
-threads; a float32 matmul keeps the element-per-thread lowering.  Whether the results are
-right is bench/gpu_check.py's job."""
+float32 result, a Linear weight ``[N, K]`` read in place, a batched B with two results that
+read one GELU: recomputed per element, never copied to shared memory) lowers to mma.sync
+m16n8k16, ldmatrix and cp.async, ptxas assembles it for sm_80 and sm_90 with no spills and
+within the arch's shared memory, and the host launches it with 256 threads; a float32 matmul
+keeps the element-per-thread lowering.  Whether the results are right is
+bench/gpu_check.py's job."""
 from __future__ import annotations
 
 import functools
@@ -37,8 +38,8 @@ func linear(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<bf16>[m, n] 
 
 func batched_two(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[b, k, n], r: Tensor<bf16>[b, m, n])
     -> (Tensor<bf16>[b, m, n], Tensor<bf16>[b, m, n]) {
-  let y = x @ w + r;
-  return (y, relu(y));
+  let y = gelu(x @ w + r);
+  return (y, y * 2.0);
 }
 """
 NAMES = ("linear_gelu", "shared_weight", "linear", "batched_two")

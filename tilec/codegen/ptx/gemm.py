@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from ...dialect import FUSED_ATTR, REUSE_ATTR
 from ...dialect.types import tensor_info
 from ...dims import Dim
 from ...mlir import gpu, ir, llvm, nvvm, scf
@@ -67,10 +68,21 @@ def supported(fn: Any, tile: Optional[GemmTile]) -> bool:
     a, b = infos[tile.lhs], infos[tile.rhs]
     if a.dtype != b.dtype or a.dtype not in OPERAND_TYPES or a.rank_generic:
         return False
+    if {tile.lhs, tile.rhs} & _reused(fn):
+        return False                    # a block's stores would overwrite others' operands
     warp_m, warp_n = tile.tile_m // WARPS_M, tile.tile_n // WARPS_N
     chunks = [tile.tile_m * tile.block_k // CHUNK, tile.tile_n * tile.block_k // CHUNK]
     return (warp_m % 16 == 0 and warp_n % 16 == 0 and tile.block_k % 16 == 0
             and tile.stages >= 2 and all(c % THREADS == 0 for c in chunks))
+
+
+def _reused(fn: Any) -> set[int]:
+    """The inputs whose buffers an output of ``fn`` takes (tile-fuse's ``tile.reuse``)."""
+    if FUSED_ATTR not in fn.attributes:
+        return set()
+    fused = ir.DictAttr(fn.attributes[FUSED_ATTR])
+    return {int(x) for x in ir.DenseI64ArrayAttr(fused[REUSE_ATTR])} - {-1} \
+        if REUSE_ATTR in fused else set()
 
 
 @dataclass(frozen=True)
@@ -356,6 +368,11 @@ class GemmLowering(_Lowering):
             self.acc_value, self.column = value, col
             self.body()
             scf.YieldOp([])
+
+    def maybe_materialise(self, result: Any, value: Lazy) -> Lazy:
+        """Never: the epilogue computes one element per call (a value read twice is
+        computed twice), and a copy to shared memory would sweep a row inside a branch."""
+        return value
 
     def matmul(self, op: Any) -> Lazy:
         assert self.acc_value is not None
