@@ -558,3 +558,24 @@ def test_output_to_a_pipe_or_device_writes_into_it(tmp_path: Path) -> None:
     reader.join(timeout=30)
     assert stat.S_ISFIFO(pipe.stat().st_mode)
     assert b"func.func @swiglu" in got[0]
+
+
+@pytest.mark.parametrize("target", ["cpu", "ascend-sim"])
+def test_the_runtime_compiles_once_per_process(target: str, monkeypatch) -> None:
+    """Two libraries built in one process link one object of the runtime: the C compiler
+    sees cpu_runtime.c once (its GEMM half is the slowest file of a link)."""
+    from tilec.codegen.common import link
+    link._runtime_object.cache_clear()
+    commands: list[list[str]] = []
+    compile_in = link.compile_in
+
+    def recorded(work: Path, args: list[str], language: str) -> None:
+        commands.append(args)
+        compile_in(work, args, language)
+
+    monkeypatch.setattr(link, "compile_in", recorded)
+    for k in (2, 3):
+        lib = tilec.compile_string(f"func f(x: Tensor<f32>[n]) -> Tensor<f32>[n] "
+                                   f"{{ return x * {k}.0; }}", "once.tile", target, cache=False)
+        assert np.array_equal(lib.f(np.ones(3, np.float32)), np.full(3, k, np.float32))
+    assert sum("cpu_runtime.c" in args for args in commands) == 1

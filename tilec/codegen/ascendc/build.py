@@ -27,7 +27,7 @@ from ...diagnostics import TilecError
 from ...runtime.ascend_twin import CXXFLAGS, RUNTIME_SOURCES
 from ..common.backend import PartialBuild
 from ..common.host import HostCode
-from ..common.link import RUNTIME, compile_in, library_flags, prepare
+from ..common.link import RUNTIME, compile_in, library_flags, prepare, runtime_objects
 from .source import TEMPLATES
 
 ASCEND_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h", "tilec_ascend.h")
@@ -72,9 +72,10 @@ def build_sim(sources: Sources, cc: str, cxx: str, soname: str) -> bytes:
         twin = twin_objects(tuple(cxx_command))
         for name, data in twin.items():
             (work / name).write_bytes(data)
-        compile_in(work, [*c_command, *OBJECT_FLAGS, "-c", *c_inputs], "C")
+        compile_in(work, [*c_command, *OBJECT_FLAGS, "-c", c_inputs[0]], "C")
+        objects = [Path(c_inputs[0]).with_suffix(".o").name, *sorted(twin),
+                   *runtime_objects(work, c_command, OBJECT_FLAGS, c_inputs[1:])]
         library = work / "library.so"
-        objects = [Path(name).with_suffix(".o").name for name in c_inputs] + sorted(twin)
         compile_in(work, [*cxx_command, *CXXFLAGS, *KERNEL_FLAGS, f"-I{work}", "-o",
                           str(library), "launch.cpp", *objects, *library_flags(soname), "-lm"],
                    "C++")

@@ -13,6 +13,7 @@ library links ``tilec_cuda.c`` and ``-ldl``: the CUDA driver is opened at run ti
 """
 from __future__ import annotations
 
+import functools
 import shlex
 import shutil
 import subprocess
@@ -40,11 +41,41 @@ def link(host: HostCode, kernels_objects: Sequence[bytes] | None, cc: str,
         + (GEMM_RUNTIME if host.gemm else ())
     with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
         work = Path(tmp)
-        inputs = prepare(work, host, runtime) + _written(work, kernels_objects or ())
+        inputs = prepare(work, host, runtime)
+        objects = runtime_objects(work, command, FLAGS, inputs[1:])
+        inputs = inputs[:1] + objects + _written(work, kernels_objects or ())
         library = work / "library.so"
         compile_in(work, [*command, *FLAGS, "-o", str(library), *inputs,
                           *library_flags(soname), "-lm", "-ldl"], "C")
         return library.read_bytes()
+
+
+def runtime_objects(work: Path, command: Sequence[str], flags: Sequence[str],
+                    sources: Sequence[str]) -> list[str]:
+    """The runtime's C ``sources``, which :func:`prepare` copied into ``work``, compiled
+    there with ``flags``: the names of the objects.  Each is compiled once per process for
+    the same compiler, flags and runtime files (:func:`_runtime_object`): the runtime is
+    the same in every library, and its GEMM half is the slowest file a link compiles."""
+    files = tuple((p.name, p.read_text()) for p in sorted(work.iterdir())
+                  if p.suffix in (".c", ".h") and p.name != "host.c")
+    names = []
+    for source in sources:
+        names.append(Path(source).with_suffix(".o").name)
+        (work / names[-1]).write_bytes(_runtime_object(tuple(command), tuple(flags), source,
+                                                       files))
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_object(command: tuple[str, ...], flags: tuple[str, ...], source: str,
+                    files: tuple[tuple[str, str], ...]) -> bytes:
+    """``source`` compiled with ``flags`` beside ``files`` (name, text): the object's bytes."""
+    with tempfile.TemporaryDirectory(prefix="tilec-runtime-") as tmp:
+        work = Path(tmp)
+        for name, text in files:
+            (work / name).write_text(text)
+        compile_in(work, [*command, *flags, "-c", source, "-o", "runtime.o"], "C")
+        return (work / "runtime.o").read_bytes()
 
 
 def relocatable(objects: Sequence[bytes], cc: str) -> bytes:
