@@ -109,6 +109,10 @@ def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool) -> ir.DictA
                             "variants": ir.ArrayAttr.get(entries)})
 
 
+# ops with a dimension expression in a string attribute, which a variant folds like its types
+DIM_ATTRS = {"tile.iota": ("start",), "tile.dim": ("expr",)}
+
+
 class _Folder:
     """Substitutes one binding into a cloned function, in place."""
 
@@ -140,6 +144,9 @@ class _Folder:
                 bounds = [self.dim(parse_dim(ir.StringAttr(a).value), op)
                           for a in op.attributes[key]]
                 op.attributes[key] = ir.ArrayAttr.get([ir.StringAttr.get(str(d)) for d in bounds])
+        for key in DIM_ATTRS.get(op.name, ()):
+            d = self.dim(parse_dim(ir.StringAttr(op.attributes[key]).value), op)
+            op.attributes[key] = ir.StringAttr.get(str(d))
         return op.name == "tile.check" and self.check(op)
 
     def type(self, t: ir.Type, op: ir.Operation) -> ir.Type:
