@@ -67,6 +67,16 @@ def test_generated_programs_are_well_typed(programs: list[Program]) -> None:
         compile_source(p.text(), f"program{p.seed}.tile")   # raises TilecError otherwise
 
 
+def test_a_dtype_template_program_uses_its_type(programs: list[Program]) -> None:
+    """A program whose float32 values pruning dropped is no template: the front end rejects
+    a dtype_template that nothing uses (tilec fuzz --seed 1, programs 30 and 94)."""
+    for p in [generate(1, 30), generate(1, 94)]:
+        compile_source(p.text(), f"program{p.seed}.tile")   # raises TilecError otherwise
+    for p in programs:
+        body = p.text().split("\n", 2)[-1]
+        assert not p.dtype_template or re.search(r"\bT\b", body), p.text()
+
+
 def test_every_construct_in_enough_programs(programs: list[Program]) -> None:
     summary = Summary()
     for p in programs:

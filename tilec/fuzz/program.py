@@ -176,7 +176,10 @@ class Program:
         entry = self.entry.pruned()
         called = {s.template.split("(")[0] for s in entry.body}
         helpers = tuple(h.pruned(params=False) for h in self.functions[:-1] if h.name in called)
-        return dataclasses.replace(self, functions=(*helpers, entry))
+        # a dtype template that no float32 value is left to use would be rejected
+        template = self.dtype_template if any(
+            re.search(r"\bfloat32\b", f.text()) for f in (*helpers, entry)) else None
+        return dataclasses.replace(self, functions=(*helpers, entry), dtype_template=template)
 
     def renamed(self, prefix: str) -> "Program":
         """The same program with every function's name prefixed (several programs then
