@@ -121,6 +121,25 @@ def test_a_wrong_library_is_caught_and_reduced(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(oracles, "_build", build)
 
 
+def test_a_batch_that_does_not_build_is_bisected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One program of 16 breaks the batch's build: halves are built until it is alone, in
+    far fewer builds than one per program, and only it fails."""
+    programs = [generate(7, i) for i in range(16)]
+    checked: list[list[int]] = []     # the programs of each library built and run
+
+    def target(programs_: Any, live: list[int], refs: Any, target_: str, extra: Any,
+               failures: list[list[Failure]]) -> None:
+        checked.append(live)
+        if live == [11]:
+            failures[11].append(Failure("compile", target_, "broken"))
+
+    monkeypatch.setattr(oracles, "_build_fails", lambda programs_, live, t: 11 in live)
+    monkeypatch.setattr(oracles, "_target", target)
+    failures = oracles.check_batch(programs, ["cpu"])
+    assert [k for k, f in enumerate(failures) if f] == [11]
+    assert sorted(sum(checked, [])) == list(range(16)) and len(checked) <= 5
+
+
 def test_cache_and_threads_oracles_report_differences(monkeypatch: pytest.MonkeyPatch) -> None:
     program = next(p for p in (generate(5, i) for i in range(50))
                    if p.entry.result_types[0].dtype == "float32" and len(p.entry.body) <= 2)

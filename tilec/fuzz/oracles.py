@@ -203,7 +203,8 @@ def check(program: Program, targets: list[str], extra: bool = True) -> list[Fail
 def check_batch(programs: list[Program], targets: list[str], extra: bool = True,
                 fresh: bool = True) -> list[list[Failure]]:
     """Every oracle on each of ``programs``, built together (one file, one library per
-    target; a batch that fails to build is retried program by program).  ``extra``: the
+    target; a batch that fails to build is bisected until each part builds or is one
+    program).  ``extra``: the
     cache and threads oracles too; ``fresh``: the cache's against a fresh build."""
     if len(programs) > 1:
         programs = [p.renamed(f"p{k}_") for k, p in enumerate(programs)]
@@ -216,16 +217,23 @@ def check_batch(programs: list[Program], targets: list[str], extra: bool = True,
             failures[k].append(Failure("frontend", "reference", f"a valid program rejected: {e}"))
         except Exception as e:
             failures[k].append(Failure("crash", "reference", f"{type(e).__name__}: {e}"))
-    live = list(refs)
-    if len(live) > 1 and any(_build_fails(programs, live, t) for t in targets):
-        for k in live:
-            failures[k] += check(programs[k], targets, extra)
-        return failures
-    for target in targets:
-        _target(programs, live, refs, target, (extra, fresh), failures)
-    for k in live:
+    _check_built(programs, list(refs), refs, targets, (extra, fresh), failures)
+    for k in refs:
         failures[k] = _o0_vs_o2(failures[k], targets)
     return failures
+
+
+def _check_built(programs: list[Program], live: list[int], refs: dict, targets: list[str],
+                 extra: tuple[bool, bool], failures: list[list[Failure]]) -> None:
+    """The target oracles on programs ``live``, built together; when they do not build for
+    some target, bisected until each part builds or is one program (which then fails)."""
+    if len(live) > 1 and any(_build_fails(programs, live, t) for t in targets):
+        half = len(live) // 2
+        for part in (live[:half], live[half:]):
+            _check_built(programs, part, refs, targets, extra, failures)
+        return
+    for target in targets:
+        _target(programs, live, refs, target, extra, failures)
 
 
 def _build_fails(programs: list[Program], live: list[int], target: str) -> bool:
