@@ -144,8 +144,8 @@ class _Folder:
                 bounds = [self.dim(parse_dim(ir.StringAttr(a).value), op)
                           for a in op.attributes[key]]
                 op.attributes[key] = ir.ArrayAttr.get([ir.StringAttr.get(str(d)) for d in bounds])
-        for key in DIM_ATTRS.get(op.name, ()):
-            d = self.dim(parse_dim(ir.StringAttr(op.attributes[key]).value), op)
+        for key in DIM_ATTRS.get(op.name, ()):   # values, not sizes: they may be negative
+            d = parse_dim(ir.StringAttr(op.attributes[key]).value).subst(self.env)
             op.attributes[key] = ir.StringAttr.get(str(d))
         return op.name == "tile.check" and self.check(op)
 
