@@ -63,9 +63,9 @@ def cpu_level(tilec_cpu: str | None = None) -> int:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--ascend-sweep", action="store_true",
                      help="run the ascend-sim corpus test over every size combination")
-    parser.addoption("--fuzz-smoke", action="store_true",
-                     help="run the fuzz smoke at the CI figure (100 programs on cpu, 20 on "
-                          "ascend-sim) instead of its quick slice")
+    parser.addoption("--fuzz-long", action="store_true",
+                     help="run the fuzz smoke ten times longer (1,000 programs on cpu, 200 "
+                          "on ascend-sim) than the CI figure")
 
 
 @pytest.fixture(scope="session", autouse=True)
