@@ -121,8 +121,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-dir", metavar="DIR",
                    help="write the text of every stage (DIR/<name>.<stage>.txt)")
     p.add_argument("--verbose", action="store_true",
-                   help="report on stderr whether the compile cache served the result, and "
-                        "for ptx ptxas's report (registers, spills, shared memory)")
+                   help="report on stderr whether the compile cache served the result, why a "
+                        "softmax(q @ transpose(k) ...) @ v did not fuse into one attention "
+                        "kernel, and for ptx ptxas's report (registers, spills, shared memory)")
     return p
 
 
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             emit=args.emit, **_build_options(args),
             pass_pipeline=args.pass_pipeline, print_ir_after_all=args.print_ir_after_all,
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
-            verify_each=args.verify_each, debug_info=args.debug_info)
+            verify_each=args.verify_each, debug_info=args.debug_info, remarks=args.verbose)
         text = read_source(args.file)
         stage = registry.stage_of(options.target, options.emit)
         kind = Output.TEXT if stage is None else stage.output

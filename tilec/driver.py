@@ -53,6 +53,7 @@ class CompileOptions:
     arch: str = ""                        # "" = the target's backend's default
     test_break: str = ""                  # a function whose library output is perturbed (tests)
     gemm_tile: str = ""                   # MxNxK: every matmul kernel's tile (tile-kernel's gemm)
+    remarks: bool = False                 # warn why a near-miss attention did not fuse (--verbose)
 
     def sema(self) -> SemaOptions:
         from .frontend.sema import Options
@@ -367,6 +368,8 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         description = backend_of(options.target).description
         steps = with_options(steps, "tile-fuse", weight_views=description.weight_views,
                              weight_view_types=" ".join(sorted(description.weight_view_types)))
+        steps = with_options(steps, "tile-attention", enabled=description.attention,
+                             remarks=options.remarks)
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

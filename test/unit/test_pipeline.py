@@ -146,7 +146,7 @@ def test_tilec_opt_help_lists_the_passes_with_their_options(capsys) -> None:
     assert done.value.code == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("tilec passes (PASS{option=value ...}; or any upstream MLIR pass):")
-    assert lines[at + 1].split()[0] == "tile-cache-hint"
+    assert lines[at + 1].split()[0] == "tile-attention"
     kernel = next(i for i, line in enumerate(lines) if line.split()[:1] == ["tile-kernel"])
     assert lines[kernel + 1].split() == ["options:", "target=cpu|ascend|ptx", "(default", "cpu),",
                                          "all=true|false", "(default", "false),",

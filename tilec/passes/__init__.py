@@ -14,7 +14,8 @@ for _name in _NAMES:
 
 DEFAULT_PIPELINES: dict[int, str] = {
     0: "tile-shape-template,tile-expand",
-    1: "tile-shape-template,tile-expand,tile-canonicalize,cse,tile-fuse,tile-cache-hint",
+    1: "tile-shape-template,tile-expand,tile-canonicalize,cse,tile-attention,tile-fuse,"
+       "tile-cache-hint",
 }
 DEFAULT_PIPELINES[2] = DEFAULT_PIPELINES[3] = DEFAULT_PIPELINES[1]
 

@@ -74,6 +74,7 @@ from ..dialect import BUFFERS_ATTR, ELEMENT_BYTES, REUSE_ATTR, stored_dtype, ten
 from ..dims import ELLIPSIS, Dim, Shape
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
+from .tile_attention import MARK_ATTR as ATTENTION_ATTR, attention_description
 
 MAX_RECOMPUTE_OPS = 8
 
@@ -171,9 +172,11 @@ Source = Node | int  # an op's value, or a function argument by position
 
 @dataclass(eq=False)
 class Group:
-    """A set of nodes that becomes one ``tile.fused`` op."""
+    """A set of nodes that becomes one ``tile.fused`` op; an attention (tile-attention's
+    mark) is sealed: it takes no other node and joins no other group."""
 
     nodes: list[Node]
+    attention: bool = False
 
 
 @dataclass
@@ -226,6 +229,7 @@ class Partition:
     # grouping -------------------------------------------------------------------------------
     def run(self) -> None:
         """Group the function's ops, then replace them by one ``tile.fused`` op per group."""
+        self._group_attention()
         for node in reversed(list(self.nodes)):
             consumers = self._consumer_groups(node)
             if len(consumers) > 1 and (self._recomputable(node) or _is_mask(node)):
@@ -237,6 +241,18 @@ class Partition:
         plans = [self._plan(g) for g in self._ordered_groups()]
         buffers, reuse = self._reuse(plans)
         self._build(plans, buffers, reuse)
+
+    def _group_attention(self) -> None:
+        """One sealed group of the ops of each attention that tile-attention marked."""
+        marked: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            if ATTENTION_ATTR in node.op.attributes:
+                marked.setdefault(int(ir.IntegerAttr(node.op.attributes[ATTENTION_ATTR])),
+                                  []).append(node)
+        for nodes in marked.values():
+            group = Group(nodes, attention=True)
+            for node in nodes:
+                node.group = group
 
     def _merge_siblings(self) -> None:
         """Merge groups without a matmul that read the same tensor (not a scalar), where that
@@ -303,6 +319,8 @@ class Partition:
 
     def _try_merge(self, a: Group, b: Group) -> bool:
         """Merge group ``a`` into ``b`` if that is legal and makes no cycle."""
+        if a.attention or b.attention:
+            return False
         members = set(a.nodes) | set(b.nodes)
         if self._path_between(a, b) or self._path_between(b, a) or not self._legal(members):
             return False
@@ -466,6 +484,8 @@ class Partition:
             fused.attributes[GROUP_ATTR] = t.i64(k)
             fused.attributes[BUFFERS_ATTR] = _i64_array(buffers[n] for n in plan.outputs)
             fused.attributes[REUSE_ATTR] = _i64_array(reuse[n] for n in plan.outputs)
+            if plan.members[0].group.attention:
+                fused.attributes[ATTENTION_ATTR] = attention_description(fused)
         for i, s in enumerate(self.returned):
             self.ret.operands[i] = outer[s]
         for hint, source in self.hints:
@@ -485,9 +505,11 @@ class Partition:
         inner: dict[Source, ir.Value] = dict(zip(plan.inputs, block.arguments))
         with ir.InsertionPoint(block):
             for n in plan.members:
+                attributes = {k: v for k, v in dict(n.op.attributes).items()
+                              if k != ATTENTION_ATTR}
                 inner[n] = ir.Operation.create(
                     n.op.name, results=[n.type], operands=[inner[s] for s in n.operands],
-                    attributes=dict(n.op.attributes), loc=n.op.location).results[0]
+                    attributes=attributes, loc=n.op.location).results[0]
             for hint, source in self.hints:
                 if isinstance(source, Node) and source.group is plan.members[0].group:
                     ir.Operation.create(hint.name, operands=[inner[source]],

@@ -33,6 +33,7 @@ and the readers' arguments are float32, while the rows on both sides keep the va
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -46,9 +47,11 @@ from ..mlir import func, ir
 from ..pipeline import PassContext, option, register
 from ..tiling.rows import NONE, RowPlan, plan_rows
 from ..tiling.split import split_reduction
+from ..tiling.attention import attention_tile, scores_function
 from ..tiling.targets import TARGETS, TargetDesc
 from ..tiling.gemm import gemm_operands
-from ..tiling.tiler import Buffer, layout_block, parse_gemm_override, plan_gemm, plan_row_tiles
+from ..tiling.tiler import (ATTENTION, Buffer, GemmOperands, TileParams, layout_block,
+                            parse_gemm_override, plan_gemm, plan_row_tiles)
 from .tile_cache_hint import INPUT_HINTS_ATTR
 
 
@@ -234,6 +237,9 @@ def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc,
     operands = gemm_operands(fn, tuple(plan.grid)) if target.gemm is not None else None
     if operands is not None:
         params = plan_gemm(params, operands, target, gemm)
+    tile = attention_tile(fn, tuple(plan.grid)) if target.attention else None
+    if tile is not None:
+        params = dataclasses.replace(params, schedule=ATTENTION, attention=tile)
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({
         "target": ir.StringAttr.get(target.name),
         "symbols": _strs(_symbols(fn)),
@@ -396,3 +402,24 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
                       wide.get(ir.StringAttr(kernel.attributes["sym_name"]).value), gemm)
         with fn.location:
             widen(fn, {ir.StringAttr(k.attributes["sym_name"]).value: k for k in kernels})
+        for kernel in kernels:
+            _add_scores_function(kernel, TARGETS[target_name])
+
+
+def _add_scores_function(kernel: Any, target: TargetDesc) -> None:
+    """Beside an ``attention`` kernel, its scores function (:mod:`tilec.tiling.attention`),
+    with the ``gemm`` schedule of q @ transpose(k), whose epilogue the runtime calls."""
+    params = TileParams.of(ir.DictAttr(kernel.attributes[KERNEL_ATTR]))
+    if params.attention is None:
+        return
+    with kernel.location:
+        scores = scores_function(kernel, params.attention)
+        operands = GemmOperands(params.attention.q, params.attention.k, True, False)
+        gemm = plan_gemm(dataclasses.replace(params, attention=None), operands, target)
+        scores.attributes[KERNEL_ATTR] = ir.DictAttr.get({
+            "target": ir.StringAttr.get(target.name),
+            "symbols": _strs(_symbols(scores)),
+            "local_bytes": _i64(target.local_bytes),
+            "scores_of": ir.StringAttr.get(ir.StringAttr(kernel.attributes["sym_name"]).value),
+            **gemm.attributes(),
+        })

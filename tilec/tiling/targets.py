@@ -53,6 +53,10 @@ class TargetDesc:
     weight_view_types: frozenset[str] = frozenset()   # ... for matmuls of these types only
     # an empty grid's reduction over a leading axis is split across tiles (.split)
     splits_reductions: bool = False
+    # tile-attention fuses attention into one kernel, which this target's runtime runs in
+    # blocks with an online softmax (tilec/tiling/attention.py); the others run the unfused
+    # kernels (their row lowering of the fused one would hold a row of t scores per query)
+    attention: bool = False
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -65,7 +69,7 @@ TARGETS: dict[str, TargetDesc] = {
                       gemm=GemmDesc(micro=((6, 16), (14, 32)), stages=1, staging="packed",
                                     small_m=16, staged_bytes=4,
                                     caches=(48 << 10, 1 << 20, 4 << 20)),
-                      weight_views=True, splits_reductions=True),
+                      weight_views=True, splits_reductions=True, attention=True),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
                          alignment=32, double_buffer=True,

@@ -38,10 +38,12 @@ from ..diagnostics import Span, TilecError
 from ..dialect.types import ELEMENT_BYTES, TensorInfo
 from ..dims import ELLIPSIS, Dim, parse_dim
 from ..mlir import ir
+from .attention import AttentionTile
 from .targets import GemmDesc, TargetDesc
 
 ROWS = "rows"
 GEMM = "gemm"
+ATTENTION = "attention"
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,14 @@ class TileParams:
     split: int = 0
     split_rows: Dim = Dim.const(0)
     split_width: Dim = Dim.const(0)
+    # the attention schedule (``schedule == "attention"``): an AttentionTile
+    attention: Optional[Any] = None
 
     def attributes(self) -> dict[str, ir.Attribute]:
         i64 = ir.IntegerType.get_signless(64)
         extra = {"gemm": self.gemm.attributes()} if self.gemm is not None else {}
+        if self.attention is not None:
+            extra["attention"] = self.attention.attributes()
         if self.split:
             extra.update({
                 "split": ir.IntegerAttr.get(i64, self.split),
@@ -145,7 +151,7 @@ class TileParams:
     @staticmethod
     def of(kernel: Any) -> "TileParams":
         """The record of a ``tile.kernel`` attribute (an ``ir.DictAttr``)."""
-        return TileParams(
+        params = TileParams(
             ir.StringAttr(kernel["schedule"]).value,
             tuple(ir.StringAttr(g).value for g in kernel["grid"]),
             parse_dim(ir.StringAttr(kernel["row_bytes"]).value),
@@ -158,6 +164,9 @@ class TileParams:
                parse_dim(ir.StringAttr(kernel["split_rows"]).value),
                parse_dim(ir.StringAttr(kernel["split_width"]).value))
               if "split" in kernel else ()))
+        if "attention" in kernel:
+            params = dataclasses.replace(params, attention=AttentionTile.of(kernel["attention"]))
+        return params
 
 
 def _total(buffers: Sequence[Buffer], align: int) -> Dim:

@@ -34,7 +34,7 @@ from ...dims import ELLIPSIS
 from ...mlir import ir
 from .backend import HostTarget
 from ...tiling.tiler import TileParams
-from .schedule import (GemmLaunch, Impl, ImplBuilder, Kernel, Param, c_string, failure,
+from .schedule import (AttentionLaunch, GemmLaunch, Impl, ImplBuilder, Kernel, Param, c_string, failure,
                        functions_of, strings, with_values)
 
 METADATA_FORMAT = 1
@@ -278,7 +278,7 @@ def _kernels(module: Any) -> dict[str, Kernel]:
             split = "split" in ir.DictAttr(fn.attributes[KERNEL_ATTR])
             buffers = len(fn.type.inputs) + len(fn.type.results) + split
             out[name] = Kernel(len(out), f"_mlir_ciface_{name}", buffers,
-                               gemm=_gemm_launch(fn))
+                               gemm=_gemm_launch(fn), attention=_attention_launch(fn))
     return out
 
 
@@ -286,10 +286,30 @@ GEMM_DTYPES = {"float32": "TILEC_GEMM_F32", "float16": "TILEC_GEMM_F16",
                "bfloat16": "TILEC_GEMM_BF16"}
 
 
-def _gemm_launch(fn: Any) -> GemmLaunch | None:
-    """How the host runs kernel ``fn`` on the CPU GEMM, if its schedule is ``gemm``."""
-    tile = TileParams.of(ir.DictAttr(fn.attributes[KERNEL_ATTR])).gemm
+ATTENTION_DTYPES = {"float32": "TILEC_ATTENTION_F32", "float16": "TILEC_ATTENTION_F16",
+                    "bfloat16": "TILEC_ATTENTION_BF16"}
+
+
+def _attention_launch(fn: Any) -> AttentionLaunch | None:
+    """How the host runs kernel ``fn`` on the CPU attention, if its schedule is
+    ``attention``."""
+    tile = TileParams.of(ir.DictAttr(fn.attributes[KERNEL_ATTR])).attention
     if tile is None:
+        return None
+    inputs = list(fn.type.inputs)
+    dtypes = [tensor_info(inputs[k]).dtype for k in (tile.q, tile.k, tile.v)]
+    dtypes.append(tensor_info(fn.type.results[0]).dtype)
+    return AttentionLaunch(tile.q, tile.k, tile.v, len(inputs),
+                           tuple(ATTENTION_DTYPES[d] for d in dtypes), tile.causal,
+                           f"_mlir_ciface_{tile.scores}")
+
+
+def _gemm_launch(fn: Any) -> GemmLaunch | None:
+    """How the host runs kernel ``fn`` on the CPU GEMM, if its schedule is ``gemm`` (not the
+    scores function of an attention kernel: its epilogue is the attention's to call)."""
+    attrs = ir.DictAttr(fn.attributes[KERNEL_ATTR])
+    tile = TileParams.of(attrs).gemm
+    if tile is None or "scores_of" in attrs:
         return None
     inputs = list(fn.type.inputs)
     dtypes = [tensor_info(inputs[k]).dtype for k in (tile.lhs, tile.rhs)]
@@ -358,6 +378,7 @@ class HostCode:
     metadata: dict
     exports: list[str]
     gemm: bool = False     # whether a kernel runs on the CPU GEMM (the runtime's cpu_gemm.c)
+    attention: bool = False   # ... on the CPU attention (cpu_attention.c)
 
 
 @dataclass(frozen=True)
@@ -413,4 +434,5 @@ def generate(module: Any, *, name: str, source: str, arch: str, target: HostTarg
     templates = _templates(target.templates)
     return HostCode(templates.get_template("backend/host.c.j2").render(context),
                     templates.get_template("backend/header.h.j2").render(context), meta, exports,
-                    any(k.gemm is not None for k in kernels.values()))
+                    any(k.gemm is not None for k in kernels.values()),
+                    any(k.attention is not None for k in kernels.values()))

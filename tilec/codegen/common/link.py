@@ -29,6 +29,7 @@ FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
          "-fsemantic-interposition")
 CPU_RUNTIME = ("cpu_runtime.c", "cpu_runtime.h")
 GEMM_RUNTIME = ("cpu_gemm.c", "cpu_gemm.h")   # only where a kernel runs on the CPU GEMM
+ATTENTION_RUNTIME = ("cpu_attention.c", "cpu_attention.h")   # ... on the CPU attention
 CUDA_RUNTIME = ("tilec_cuda.c", "tilec_cuda.h")
 
 
@@ -38,7 +39,7 @@ def link(host: HostCode, kernels_objects: Sequence[bytes] | None, cc: str,
     objects); TilecError naming the compiler when it is missing or fails."""
     command = c_compiler(cc)
     runtime = CPU_RUNTIME + (CUDA_RUNTIME if kernels_objects is None else ()) \
-        + (GEMM_RUNTIME if host.gemm else ())
+        + (GEMM_RUNTIME if host.gemm else ()) + (ATTENTION_RUNTIME if host.attention else ())
     with tempfile.TemporaryDirectory(prefix="tilec-link-") as tmp:
         work = Path(tmp)
         inputs = prepare(work, host, runtime)

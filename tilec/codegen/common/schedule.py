@@ -98,6 +98,7 @@ class Kernel:
     shared: Dim = Dim.const(0)        # ptx: dynamic shared memory per block
     row_elements: Dim = Dim.const(1)  # ptx: elements of the largest output row
     gemm: Optional["GemmLaunch"] = None   # cpu: the kernel is the epilogue of a GEMM
+    attention: Optional["AttentionLaunch"] = None   # cpu: the kernel runs cpu_attention.c
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,22 @@ class GemmLaunch:
     transpose_b: bool
     broadcast_b: bool
     tile: tuple[int, int, int]   # tile_m, tile_n, block_k
+
+
+@dataclass(frozen=True)
+class AttentionLaunch:
+    """What the host passes the CPU attention of an ``attention`` kernel
+    (``cpu_attention.h``): the buffers of q, k, v and the output, their element types
+    (TILEC_ATTENTION_F32 ...), whether it is causal, and the C symbol of its scores function
+    (whose epilogue is called on each block of scores)."""
+
+    q: int
+    k: int
+    v: int
+    out: int
+    dtypes: tuple[str, str, str, str]
+    causal: bool
+    scores: str
 
 
 @dataclass
@@ -132,6 +149,9 @@ class Launch:
     # cpu, a split reduction: C expressions of its tile count and partial results per tile
     # (the rows are the tiles, then one more that combines them, with a workspace memref)
     split: tuple[str, str] | None = None
+    # cpu, attention: C expressions of s, t, d, dv, the diagonal, and per axis of the batch its
+    # extent and the key's and value's strides
+    attention: dict[str, Any] | None = None
 
 
 @dataclass
@@ -383,7 +403,35 @@ class ImplBuilder:
                       [self.sym(s) for s in strings(attrs["symbols"])], rank_generic, ready,
                       rows, traffic or "INT64_C(0)", frees,
                       self.dim(kernel.shared, f"the shared memory of kernel '{name}'"),
-                      self.dim(kernel.row_elements, f"a row of kernel '{name}'"), split)
+                      self.dim(kernel.row_elements, f"a row of kernel '{name}'"), split,
+                      self.attention_extents(kernel_fn, kernel.attention))
+
+    def attention_extents(self, kernel_fn: Any, launch: Optional[AttentionLaunch]) \
+            -> dict[str, Any] | None:
+        """The C expressions of :attr:`Launch.attention` for ``kernel_fn``."""
+        if launch is None:
+            return None
+        inputs = [tensor_info(t).shape for t in kernel_fn.type.inputs]
+        out = tensor_info(kernel_fn.type.results[0]).shape
+        q, k, v = inputs[launch.q], inputs[launch.k], inputs[launch.v]
+        what = "a dimension of an attention"
+        batch = out[:-2]
+
+        def strides(shape: tuple) -> list[str]:
+            step, out_strides = shape[-2] * shape[-1], []
+            for axis in reversed(range(len(batch))):
+                own = shape[axis]
+                out_strides.append("INT64_C(0)" if own == Dim.const(1) else
+                                   self.scaled(step, 1))
+                step = step * own
+            return list(reversed(out_strides))
+        diagonal = parse_dim(ir.StringAttr(ir.DictAttr(ir.DictAttr(
+            kernel_fn.attributes[KERNEL_ATTR])["attention"])["diagonal"]).value)
+        return {"s": self.dim(out[-2], what), "t": self.dim(k[-2], what),
+                "d": self.dim(q[-1], what), "dv": self.dim(out[-1], what),
+                "diagonal": self.scaled(diagonal, 1),
+                "extents": [self.dim(d, what) for d in batch],
+                "k_strides": strides(k), "v_strides": strides(v)}
 
     def copy_results(self, results: list[Any], placed: set[int], where: dict,
                      scalar: dict) -> None:

@@ -1,0 +1,263 @@
+"""tile-attention: find attention, ``softmax(S, axis=-1) @ v`` with ``S = q @ transpose(k)``
+followed by an element-wise chain, and mark its ops as one kernel.
+
+In: tensor-level tile IR before ``tile-fuse`` (calls inlined, canonicalized).  Out: the same
+ops; those of each attention found carry ``tile.attention = N`` (its number in the function),
+which tile-fuse makes one group of, that group's ``tile.fused`` op carrying the description
+``tile.attention = {causal = B}``.  Its kernel computes one query row of the output from one
+row of scores at a time (never the ``[.., s, t]`` scores); the CPU runs it as blocks of query
+rows by blocks of keys with an online softmax (``tilec/tiling/attention.py``).
+
+The pattern, from the second matmul ``M2 = P @ V`` back:
+
+- ``P`` is ``softmax(X, axis=-1)``, possibly cast, read by ``M2`` alone;
+- ``X`` is reached from ``M1 = Q @ KT`` through element-wise ops only (scale, additive bias,
+  ``where`` masks, casts), each read by the next alone; what else they read (a bias, a mask of
+  ``iota`` or of an input's comparison, a scalar) is element-wise or data movement of the
+  function's arguments, and joins the group where nothing outside it reads it;
+- ``KT`` is ``transpose(K)`` of the last two axes, possibly broadcast over leading axes (the
+  grouped-query form ``[b, hkv, 1, d, t]`` against ``[b, hkv, g, s, d]``), and ``V`` an
+  argument-made value or a broadcast of one;
+- an element-wise epilogue of ``M2`` read by nothing else joins too.
+
+A softmax of a matmul that misses the pattern is left to tile-fuse; with the option
+``remarks``, the pass warns why, at the softmax (what ``tilec --verbose`` shows).  ``causal``
+is true where a ``where`` mask is ``iota(axis=-1) <= iota(axis=-2, start=t - s)`` (or ``<``,
+``>=``, ``>`` spelled either way), so the CPU skips key blocks above the diagonal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..dialect import ops as t
+from ..dialect.locations import span_of
+from ..mlir import func, ir
+from ..pipeline import PassContext, register
+
+MARK_ATTR = "tile.attention"
+ELEMENTWISE = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.ELEMENTWISE))
+MOVEMENT = frozenset(f"tile.{n}" for n in t.ops_of_kind(t.OpKind.MOVEMENT))
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    # the driver sets it from the target description's ``attention``: the targets without a
+    # blocked attention kernel run the unfused kernels
+    enabled: bool = True
+    # warn, at the softmax, why a softmax of a matmul did not become attention
+    remarks: bool = False
+
+
+class NearMiss(Exception):
+    """Why the ops around a softmax are not attention."""
+
+
+@register("tile-attention", "mark softmax(q @ transpose(k) ...) @ v as one attention kernel",
+          AttentionOptions)
+def attention(module: ir.Module, pc: PassContext) -> None:
+    if not pc.options.enabled:
+        return
+    for op in module.body.operations:
+        if not isinstance(op, func.FuncOp):
+            continue
+        block = op.regions[0].blocks[0]
+        found = 0
+        for inner in list(block.operations):
+            if inner.operation.name != "tile.softmax":
+                continue
+            try:
+                members = _match(inner.operation)
+            except NearMiss as why:
+                if pc.options.remarks:
+                    pc.sink.warn(f"attention not fused: {why}", span_of(inner.location))
+                continue
+            if members is None:
+                continue
+            for member in members:
+                member.attributes[MARK_ATTR] = t.i64(found)
+            found += 1
+
+
+def _op(value: Any) -> Optional[ir.Operation]:
+    """The op defining ``value`` (None for a block argument)."""
+    return None if isinstance(value, ir.BlockArgument) else value.owner.operation
+
+
+def _only_user(value: Any) -> Optional[ir.Operation]:
+    users = [u.owner.operation for u in value.uses]
+    return users[0] if len(users) == 1 else None
+
+
+def _same(a: Optional[ir.Operation], b: Optional[ir.Operation]) -> bool:
+    return a is not None and b is not None and a == b
+
+
+def _single_use(value: Any) -> bool:
+    return len(list(value.uses)) == 1
+
+
+def _match(softmax: ir.Operation) -> Optional[list[ir.Operation]]:
+    """The ops of the attention around ``softmax``; None where nothing suggests attention (no
+    matmul before it), NearMiss where something is missing."""
+    first = _scores_matmul(softmax.operands[0])
+    if first is None:
+        return None
+    if int(ir.IntegerAttr(softmax.attributes["axis"])) != -1:
+        raise NearMiss("the softmax is not over the last axis (the keys)")
+    chain = _chain(softmax.operands[0], first)
+    keys = _keys(first.operands[1])
+    tail, second = _after_softmax(softmax)
+    values = _values(second.operands[1])
+    epilogue = _epilogue(second)
+    core = [first, *keys, *chain, softmax, *tail, second, *values, *epilogue]
+    sides = _sides(chain, set(core))
+    return core + sides
+
+
+def _scores_matmul(value: Any) -> Optional[ir.Operation]:
+    """The matmul that ``value`` is an element-wise function of through single operands."""
+    op = _op(value)
+    while op is not None and op.name in ELEMENTWISE:
+        candidates = [_scores_matmul(v) for v in op.operands]
+        found = [c for c in candidates if c is not None]
+        return found[0] if len(found) == 1 else None
+    return op if op is not None and op.name == "tile.matmul" else None
+
+
+def _chain(value: Any, first: ir.Operation) -> list[ir.Operation]:
+    """The element-wise ops from ``first`` up to ``value``, each read once."""
+    if not _single_use(first.results[0]):
+        raise NearMiss("the scores q @ transpose(k) are read by more than the softmax chain")
+    chain = []
+    op = _op(value)
+    while op != first:
+        if not _single_use(op.results[0]):
+            raise NearMiss(f"'{op.name}' between the scores and the softmax is read elsewhere")
+        chain.append(op)
+        on_path = [v for v in op.operands if _same(_op(v), first) or _same(_scores_matmul(v), first)]
+        op = _op(on_path[0])
+    return chain
+
+
+def _keys(value: Any) -> list[ir.Operation]:
+    """The transpose (and broadcast) that make ``transpose(k)`` of a key made elsewhere."""
+    ops = []
+    op = _op(value)
+    if op is not None and op.name == "tile.broadcast" and _single_use(op.results[0]):
+        ops.append(op)
+        op = _op(op.operands[0])
+    if op is None or op.name != "tile.transpose" or not _swaps_last_two(op) \
+            or not _single_use(op.results[0]):
+        raise NearMiss("the scores' right operand is not transpose(k) of the last two axes")
+    return ops + [op]
+
+
+def _swaps_last_two(op: ir.Operation) -> bool:
+    perm = [int(p) for p in ir.DenseI64ArrayAttr(op.attributes["perm"])]
+    n = len(perm)
+    return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+
+
+def _after_softmax(softmax: ir.Operation) -> tuple[list[ir.Operation], ir.Operation]:
+    """The casts after the softmax and the matmul with v that reads them."""
+    tail = []
+    value = softmax.results[0]
+    while True:
+        user = _only_user(value)
+        if user is None:
+            raise NearMiss("the softmax is read by more than one op (the probabilities "
+                           "would be stored)")
+        if user.name == "tile.matmul" and user.operands[0] == value:
+            return tail, user
+        if user.name != "tile.cast":
+            raise NearMiss(f"the softmax is followed by '{user.name}', not @ v")
+        tail.append(user)
+        value = user.results[0]
+
+
+def _values(value: Any) -> list[ir.Operation]:
+    op = _op(value)
+    if op is not None and op.name == "tile.broadcast" and _single_use(op.results[0]):
+        return [op]
+    return []
+
+
+def _epilogue(second: ir.Operation) -> list[ir.Operation]:
+    """Element-wise ops after ``second`` of one operand each, read once (casts, a scale)."""
+    out = []
+    value = second.results[0]
+    while _single_use(value):
+        user = _only_user(value)
+        if user.name not in ELEMENTWISE or len(user.operands) != 1:
+            break
+        out.append(user)
+        value = user.results[0]
+    return out
+
+
+def _sides(chain: list[ir.Operation], inside: set[ir.Operation]) -> list[ir.Operation]:
+    """What the chain reads besides the scores: element-wise and data-movement ops of
+    arguments that nothing outside reads (the rest stays an input of the kernel)."""
+    out: list[ir.Operation] = []
+    stack = [v for op in chain for v in op.operands]
+    while stack:
+        op = _op(stack.pop())
+        if op is None or op in inside:
+            continue
+        if op.name not in ELEMENTWISE | MOVEMENT:
+            raise NearMiss(f"the mask or bias holds '{op.name}', not element-wise of inputs")
+        if any(u.owner.operation not in inside for u in op.results[0].uses):
+            continue
+        inside.add(op)
+        out.append(op)
+        stack.extend(op.operands)
+    return out
+
+
+def attention_description(fused: ir.Operation) -> ir.Attribute:
+    """The ``tile.attention`` dictionary of the ``tile.fused`` op of an attention:
+    ``causal``, and ``diagonal``, the key index of query row 0's last key (a dimension
+    expression: ``-s+t`` when the queries are the last s of t keys)."""
+    diagonal = None
+    for op in fused.regions[0].blocks[0].operations:
+        if op.operation.name == "tile.select":
+            diagonal = diagonal or _causal_diagonal(op.operation)
+    entries = {"causal": ir.BoolAttr.get(diagonal is not None)}
+    if diagonal is not None:
+        entries["diagonal"] = ir.StringAttr.get(diagonal)
+    return ir.DictAttr.get(entries)
+
+
+def _iota(value: Any) -> Optional[tuple[int, str, int]]:
+    """(axis from the end, start, rank) of the iota ``value`` is, through broadcasts."""
+    op = _op(value)
+    while op is not None and op.name == "tile.broadcast":
+        op = _op(op.operands[0])
+    if op is None or op.name != "tile.iota":
+        return None
+    rank = len(ir.RankedTensorType(op.results[0].type).shape)
+    axis = int(ir.IntegerAttr(op.attributes["axis"]))
+    return axis - rank, ir.StringAttr(op.attributes["start"]).value, rank
+
+
+def _causal_diagonal(select: ir.Operation) -> Optional[str]:
+    """The diagonal of ``where(key <= query + D, scores, -inf)`` (either side), else None."""
+    other = _op(select.operands[2])
+    if other is None or other.name != "tile.constant" or \
+            ir.FloatAttr(other.attributes["value"]).value != float("-inf"):
+        return None
+    cmp = _op(select.operands[0])
+    while cmp is not None and cmp.name == "tile.broadcast":
+        cmp = _op(cmp.operands[0])
+    if cmp is None or cmp.name != "tile.cmp":
+        return None
+    lhs, rhs = _iota(cmp.operands[0]), _iota(cmp.operands[1])
+    predicate = ir.StringAttr(cmp.attributes["predicate"]).value
+    if predicate == "ge":
+        lhs, rhs, predicate = rhs, lhs, "le"
+    if predicate != "le" or lhs is None or rhs is None:
+        return None
+    if lhs[0] != -1 or rhs[0] != -2 or lhs[1] != "0":
+        return None
+    return rhs[1]

@@ -1,0 +1,356 @@
+/* The CPU attention of tilec (see cpu_attention.h).
+ *
+ * A task is one block of BM query rows of one batch index and one range of key blocks (all of
+ * them, or one of the splits of a decode).  It widens its query rows to float32 and transposes
+ * them once, then for each block of BN keys: widens the keys and values where they are not
+ * float32, computes the block's raw scores with a 4 keys x 16 queries FMA tile, hands them to
+ * the kernel's scores function, and folds them into the running max m, sum l and accumulator
+ * o of each row:
+ *     m' = max(m, max_j s_j),  o = o * exp(m - m') + sum_j exp(s_j - m') v_j,  likewise l.
+ * A row whose scores so far are all -inf contributes nothing; at the end o / l (0 / 0 = NaN
+ * for a row with no key, as softmax of all -inf is).  A split writes (o, m, l) to a workspace
+ * and a second pass combines the splits of each block in order.
+ */
+#include "cpu_attention.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_runtime.h"
+
+#define V3 __attribute__((target("avx2,fma,f16c")))
+#define BM 64           /* query rows per task (a multiple of 16) */
+#define BN 64           /* keys per block (a multiple of 16) */
+#define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
+
+typedef struct {
+  const tilec_attention_problem* p;
+  int64_t row_blocks, splits, keys_per_split;
+  float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
+} Attention;
+
+/* -- conversions ---------------------------------------------------------------------------- */
+
+static int element_bytes(int dtype) { return dtype == TILEC_ATTENTION_F32 ? 4 : 2; }
+
+static V3 void widen(float* dst, const void* src, int dtype, int64_t n) {
+  int64_t i = 0;
+  const uint16_t* s = (const uint16_t*)src;
+  if (dtype == TILEC_ATTENTION_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (dtype == TILEC_ATTENTION_F16) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
+    for (; i < n; i++) dst[i] = tilec_f16_to_f32(s[i]);
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(s + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) dst[i] = tilec_bf16_to_f32(s[i]);
+  }
+}
+
+static void narrow(void* dst, const float* src, int dtype, int64_t n) {
+  uint16_t* d = (uint16_t*)dst;
+  if (dtype == TILEC_ATTENTION_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    d[i] = dtype == TILEC_ATTENTION_F16 ? tilec_f32_to_f16(src[i]) : tilec_f32_to_bf16(src[i]);
+}
+
+/* exp(x) within 2 float32 ulp: 2**n * e**r, |r| <= ln(2) / 2, a degree-6 polynomial; -inf
+ * gives 0. */
+static V3 __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(88.7f);
+  __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.0f / 720);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  /* 2**n in two halves, so that n = -127 .. -150 (below the normal range) stays exact */
+  __m256i ni = _mm256_cvtps_epi32(n);
+  __m256i half = _mm256_srai_epi32(ni, 1);
+  __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  __m256 b = _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, a), b);
+  return _mm256_andnot_ps(zero, y);
+}
+
+static V3 float exp1(float x) {
+  float out[8];
+  _mm256_storeu_ps(out, exp8(_mm256_set1_ps(x)));
+  return out[0];
+}
+
+/* -- addressing ----------------------------------------------------------------------------- */
+
+/* The key and value offsets (elements) of query batch index b. */
+static void kv_offsets(const tilec_attention_problem* p, int64_t b, int64_t* k, int64_t* v) {
+  *k = *v = 0;
+  for (int axis = p->rank - 1; axis >= 0; axis--) {
+    int64_t i = b % p->extents[axis];
+    b /= p->extents[axis];
+    *k += i * p->k_stride[axis];
+    *v += i * p->v_stride[axis];
+  }
+}
+
+static const char* at(const void* base, int dtype, int64_t offset) {
+  return (const char*)base + offset * element_bytes(dtype);
+}
+
+/* -- one block of keys ---------------------------------------------------------------------- */
+
+typedef struct {
+  float *q, *qt, *kb, *vb, *st, *sb, *o, *m, *l, *scores;   /* per-thread scratch */
+} Scratch;
+
+/* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to 4) and all BM queries, from the
+ * queries transposed (qt[c][i], zero past the task's rows) and the keys' rows (kb[j][c]). */
+static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t cols,
+                            int64_t d) {
+  for (int64_t j0 = 0; j0 < cols; j0 += 4) {
+    const float* k[4];
+    for (int r = 0; r < 4; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
+    for (int64_t i = 0; i < BM; i += 16) {
+      __m256 acc[4][2];
+      for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      for (int64_t c = 0; c < d; c++) {
+        __m256 q0 = _mm256_loadu_ps(qt + c * BM + i), q1 = _mm256_loadu_ps(qt + c * BM + i + 8);
+        for (int r = 0; r < 4; r++) {
+          __m256 kr = _mm256_broadcast_ss(k[r] + c);
+          acc[r][0] = _mm256_fmadd_ps(kr, q0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(kr, q1, acc[r][1]);
+        }
+      }
+      for (int r = 0; r < 4; r++) {
+        _mm256_storeu_ps(st + (j0 + r) * BM + i, acc[r][0]);
+        _mm256_storeu_ps(st + (j0 + r) * BM + i + 8, acc[r][1]);
+      }
+    }
+  }
+}
+
+/* o[r] += sum_j sb[r][j] * vb[j] over the block's cols keys (p in sb). */
+static V3 void block_values(const float* sb, const float* vb, float* o, int64_t rows,
+                            int64_t cols, int64_t dv) {
+  int64_t c = dv / 16 * 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    int64_t nr = rows - r0 < 4 ? rows - r0 : 4;
+    const float* w[4];
+    float* out[4];
+    for (int r = 0; r < 4; r++) {
+      int64_t rr = r0 + (r < nr ? r : 0);
+      w[r] = sb + rr * BN;
+      out[r] = o + rr * dv;
+    }
+    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+      __m256 acc[4][2];
+      for (int r = 0; r < 4; r++) {
+        acc[r][0] = _mm256_loadu_ps(out[r] + c0);
+        acc[r][1] = _mm256_loadu_ps(out[r] + c0 + 8);
+      }
+      const float* vj = vb + c0;
+      for (int64_t j = 0; j < cols; j++, vj += dv) {
+        __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+        for (int r = 0; r < 4; r++) {
+          __m256 pr = _mm256_broadcast_ss(w[r] + j);
+          acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+        }
+      }
+      for (int r = 0; r < nr; r++) {
+        _mm256_storeu_ps(out[r] + c0, acc[r][0]);
+        _mm256_storeu_ps(out[r] + c0 + 8, acc[r][1]);
+      }
+    }
+  }
+  for (; c < dv; c++)
+    for (int64_t r = 0; r < rows; r++) {
+      float sum = o[r * dv + c];
+      for (int64_t j = 0; j < cols; j++) sum += sb[r * BN + j] * vb[j * dv + c];
+      o[r * dv + c] = sum;
+    }
+}
+
+/* Fold the block's scores (row r at scores + r * t) into m, l and o; sb gets the weights. */
+static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* m, float* l,
+                              float* o, int64_t rows, int64_t cols, int64_t dv) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float* s = scores + r * t;
+    float top = m[r];
+    for (int64_t j = 0; j < cols; j++) top = s[j] > top ? s[j] : top;
+    float* w = sb + r * BN;
+    if (top == -INFINITY) {          /* every score so far masked: nothing to add */
+      memset(w, 0, BN * sizeof(float));
+      continue;
+    }
+    float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top), sum = 0.0f;
+    __m256 vtop = _mm256_set1_ps(top), vsum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vtop));
+      _mm256_storeu_ps(w + j, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vsum);
+    for (int k = 0; k < 8; k++) sum += lanes[k];
+    for (; j < cols; j++) sum += (w[j] = exp1(s[j] - top));
+    for (; j < BN; j++) w[j] = 0.0f;
+    l[r] = l[r] * scale + sum;
+    m[r] = top;
+    if (scale != 1.0f)
+      for (int64_t c = 0; c < dv; c++) o[r * dv + c] *= scale;
+  }
+}
+
+/* -- a task --------------------------------------------------------------------------------- */
+
+static void run_task(const Attention* a, int64_t task, Scratch* x) {
+  const tilec_attention_problem* p = a->p;
+  int64_t split = task % a->splits, block = task / a->splits;
+  int64_t b = block / a->row_blocks, i0 = block % a->row_blocks * BM;
+  int64_t rows = p->s - i0 < BM ? p->s - i0 : BM, row0 = b * p->s + i0;
+  int64_t k_base, v_base;
+  kv_offsets(p, b, &k_base, &v_base);
+  widen(x->q, at(p->q, p->q_dtype, row0 * p->d), p->q_dtype, rows * p->d);
+  for (int64_t c = 0; c < p->d; c++)
+    for (int64_t i = 0; i < BM; i++) x->qt[c * BM + i] = i < rows ? x->q[i * p->d + c] : 0.0f;
+  for (int64_t r = 0; r < rows; r++) x->m[r] = -INFINITY, x->l[r] = 0.0f;
+  memset(x->o, 0, (size_t)(rows * p->dv) * sizeof(float));
+  int64_t first = split * a->keys_per_split;
+  int64_t last = first + a->keys_per_split < p->t ? first + a->keys_per_split : p->t;
+  if (p->causal && last > i0 + rows - 1 + p->diagonal + 1)
+    last = i0 + rows - 1 + p->diagonal + 1;   /* later keys are above every row's diagonal */
+  for (int64_t j0 = first; j0 < last; j0 += BN) {
+    int64_t cols = last - j0 < BN ? last - j0 : BN;
+    const float* kb = (const float*)at(p->k, p->k_dtype, k_base + j0 * p->d);
+    const float* vb = (const float*)at(p->v, p->v_dtype, v_base + j0 * p->dv);
+    if (p->k_dtype != TILEC_ATTENTION_F32)
+      widen(x->kb, kb, p->k_dtype, cols * p->d), kb = x->kb;
+    if (p->v_dtype != TILEC_ATTENTION_F32)
+      widen(x->vb, vb, p->v_dtype, cols * p->dv), vb = x->vb;
+    block_scores(x->qt, kb, x->st, cols, p->d);
+    float* scores = x->scores + j0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < cols; j++) scores[r * p->t + j] = x->st[j * BM + r];
+    p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
+    online_softmax(scores, p->t, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
+    block_values(x->sb, vb, x->o, rows, cols, p->dv);
+  }
+  if (a->splits > 1) {
+    float* out = a->partial + task * BM * (p->dv + 2);
+    memcpy(out, x->o, (size_t)(rows * p->dv) * sizeof(float));
+    memcpy(out + BM * p->dv, x->m, (size_t)rows * sizeof(float));
+    memcpy(out + BM * p->dv + BM, x->l, (size_t)rows * sizeof(float));
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < p->dv; c++) x->o[r * p->dv + c] /= x->l[r];
+  narrow((char*)p->out + row0 * p->dv * element_bytes(p->out_dtype), x->o, p->out_dtype,
+         rows * p->dv);
+}
+
+/* Combine the splits of row block ``block`` in split order. */
+static void combine(const Attention* a, int64_t block, float* o) {
+  const tilec_attention_problem* p = a->p;
+  int64_t b = block / a->row_blocks, i0 = block % a->row_blocks * BM;
+  int64_t rows = p->s - i0 < BM ? p->s - i0 : BM, row0 = b * p->s + i0, dv = p->dv;
+  for (int64_t r = 0; r < rows; r++) {
+    float top = -INFINITY, sum = 0.0f;
+    for (int64_t k = 0; k < a->splits; k++) {
+      float mk = a->partial[(block * a->splits + k) * BM * (dv + 2) + BM * dv + r];
+      top = mk > top ? mk : top;
+    }
+    memset(o + r * dv, 0, (size_t)dv * sizeof(float));
+    for (int64_t k = 0; k < a->splits; k++) {
+      const float* part = a->partial + (block * a->splits + k) * BM * (dv + 2);
+      float mk = part[BM * dv + r];
+      if (mk == -INFINITY) continue;
+      float w = exp1(mk - top);
+      sum += w * part[BM * dv + BM + r];
+      for (int64_t c = 0; c < dv; c++) o[r * dv + c] += w * part[r * dv + c];
+    }
+    for (int64_t c = 0; c < dv; c++) o[r * dv + c] /= sum;
+  }
+  narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), o, p->out_dtype, rows * dv);
+}
+
+static int64_t scratch_floats(const tilec_attention_problem* p) {
+  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * p->dv + 2 * BM
+         + BM * p->t;
+}
+
+static Scratch carve(const tilec_attention_problem* p, float* f) {
+  Scratch x;
+  x.q = f, f += BM * p->d;
+  x.qt = f, f += BM * p->d;
+  x.kb = f, f += BN * p->d;
+  x.vb = f, f += BN * p->dv;
+  x.st = f, f += BM * BN;
+  x.sb = f, f += BM * BN;
+  x.o = f, f += BM * p->dv;
+  x.m = f, f += BM;
+  x.l = f, f += BM;
+  x.scores = f;
+  return x;
+}
+
+static void tasks(void* ctx, int64_t first, int64_t last) {
+  const Attention* a = (const Attention*)ctx;
+  float* f = (float*)tilec_alloc(scratch_floats(a->p) * (int64_t)sizeof(float));
+  if (f == NULL) return;    /* checked by the caller beforehand: see tilec_attention */
+  Scratch x = carve(a->p, f);
+  for (int64_t task = first; task < last; task++) run_task(a, task, &x);
+  tilec_free(f);
+}
+
+static void combines(void* ctx, int64_t first, int64_t last) {
+  const Attention* a = (const Attention*)ctx;
+  float* o = (float*)tilec_alloc(BM * a->p->dv * (int64_t)sizeof(float));
+  if (o == NULL) return;
+  for (int64_t block = first; block < last; block++) combine(a, block, o);
+  tilec_free(o);
+}
+
+int tilec_attention(const tilec_attention_problem* p) {
+  if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
+  Attention a = {p, (p->s + BM - 1) / BM, 1, p->t > 0 ? p->t : 1, NULL};
+  int64_t blocks = p->batch * a.row_blocks, threads = tilec_num_threads();
+  if (blocks < 2 * threads && p->t >= 2 * MIN_SPLIT_KEYS) {
+    int64_t want = (2 * threads + blocks - 1) / blocks, most = p->t / MIN_SPLIT_KEYS;
+    a.splits = want < most ? want : most;
+    a.keys_per_split = (p->t / a.splits + BN - 1) / BN * BN;
+    a.splits = (p->t + a.keys_per_split - 1) / a.keys_per_split;
+  }
+  /* the scratch of one thread, tried once here so that the pool's threads can count on it */
+  void* probe = tilec_alloc(scratch_floats(p) * (int64_t)sizeof(float));
+  if (a.splits > 1)
+    a.partial = (float*)tilec_alloc(blocks * a.splits * BM * (p->dv + 2) * (int64_t)sizeof(float));
+  if (probe == NULL || (a.splits > 1 && a.partial == NULL)) {
+    tilec_free(probe);
+    return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for its scratch blocks");
+  }
+  tilec_free(probe);
+  int64_t flops = 4 * p->s * (p->t > 0 ? p->t : 1) * (p->d + p->dv);
+  tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
+  if (a.splits > 1) {
+    tilec_parallel_for(blocks, flops, combines, &a);
+    tilec_free(a.partial);
+  }
+  return TILEC_OK;
+}
