@@ -221,12 +221,55 @@ def attention_description(fused: ir.Operation) -> ir.Attribute:
     expression: ``-s+t`` when the queries are the last s of t keys)."""
     diagonal = None
     for op in fused.regions[0].blocks[0].operations:
-        if op.operation.name == "tile.select":
+        if op.operation.name == "tile.select" and _stays_minus_inf(op.operation):
             diagonal = diagonal or _causal_diagonal(op.operation)
     entries = {"causal": ir.BoolAttr.get(diagonal is not None)}
     if diagonal is not None:
         entries["diagonal"] = ir.StringAttr.get(diagonal)
     return ir.DictAttr.get(entries)
+
+
+def _is_minus_inf(value: Any) -> bool:
+    op = _op(value)
+    return op is not None and op.name == "tile.constant" and \
+        ir.FloatAttr(op.attributes["value"]).value == float("-inf")
+
+
+def _positive(value: Any) -> bool:
+    """Whether the scalar ``value`` is positive by construction (a scale)."""
+    op = _op(value)
+    if op is None:
+        return False
+    if op.name == "tile.constant":
+        return ir.FloatAttr(op.attributes["value"]).value > 0 \
+            if isinstance(op.attributes["value"], ir.FloatAttr) else False
+    if op.name in ("tile.rsqrt", "tile.sqrt", "tile.exp"):
+        return True
+    return op.name == "tile.cast" and _op(op.operands[0]) is not None and \
+        _op(op.operands[0]).name == "tile.dim"
+
+
+def _stays_minus_inf(select: ir.Operation) -> bool:
+    """Whether a -inf that ``select`` chooses reaches the softmax as -inf: what follows on the
+    way is a cast, an addition, a subtraction from it, a product or quotient by a positive
+    scale, or another mask to -inf; so a block of keys it masks whole can be skipped."""
+    value = select.results[0]
+    while True:
+        user = _only_user(value)
+        if user is None:
+            return False
+        if user.name == "tile.softmax":
+            return True
+        others = [v for v in user.operands if v != value]
+        ok = user.name in ("tile.cast", "tile.add") or \
+            user.name == "tile.sub" and user.operands[0] == value or \
+            user.name in ("tile.mul", "tile.div") and len(others) == 1 and \
+            _positive(others[0]) and (user.name == "tile.mul" or user.operands[0] == value) or \
+            user.name == "tile.select" and user.operands[1] == value and \
+            _is_minus_inf(user.operands[2])
+        if not ok:
+            return False
+        value = user.results[0]
 
 
 def _iota(value: Any) -> Optional[tuple[int, str, int]]:
@@ -243,9 +286,7 @@ def _iota(value: Any) -> Optional[tuple[int, str, int]]:
 
 def _causal_diagonal(select: ir.Operation) -> Optional[str]:
     """The diagonal of ``where(key <= query + D, scores, -inf)`` (either side), else None."""
-    other = _op(select.operands[2])
-    if other is None or other.name != "tile.constant" or \
-            ir.FloatAttr(other.attributes["value"]).value != float("-inf"):
+    if not _is_minus_inf(select.operands[2]):
         return None
     cmp = _op(select.operands[0])
     while cmp is not None and cmp.name == "tile.broadcast":
