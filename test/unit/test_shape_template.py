@@ -232,3 +232,25 @@ def test_verify_reports_what_mlir_refuses_at_its_location() -> None:
     error = verify_error(module)
     assert error.message.startswith("type of return operand 0")
     assert (error.span.line, error.span.col) == (3, 3)
+
+
+def test_a_variant_folds_the_symbol_in_dim_and_iota():
+    """A variant at d = 4 computes dim(d) and an iota starting at d - n with d = 4: the
+    variant's function names no symbol d any more (it was left in these two attributes, and
+    the reference and the kernels failed on the variant's missing symbol)."""
+    import tilec
+    source = """
+#pragma shape_template(d, [4])
+func f(x: Tensor<f32>[n, d]) -> Tensor<f32>[n, d] {
+  return x * cast(dim(d), f32) + cast(iota([n, d], axis=0, start=d - n), f32);
+}
+"""
+    lib = tilec.compile_string(source, "dims.tile")
+    module = compile_source(source, "dims.tile")
+    with module.context:
+        run_pipeline(module, parse_pipeline("tile-shape-template"))
+    for n, d in ((3, 4), (5, 4), (3, 6)):
+        x = np.arange(n * d, dtype=np.float32).reshape(n, d)
+        want = x * d + (np.arange(n) + d - n)[:, None]
+        np.testing.assert_array_equal(lib.f(x), want)
+        np.testing.assert_array_equal(run(module, "f", x), want)
