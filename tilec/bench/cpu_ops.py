@@ -779,13 +779,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "--ops=gemm" in argv or any(a == "--ops" and b == "gemm" for a, b in zip(argv, argv[1:])):
         from . import gemm   # the GEMM's own benchmark (its figures are GFLOP/s, not GB/s)
         return gemm.main([a for a in argv if a not in ("--ops", "gemm", "--ops=gemm")])
+    if "--ops=attention" in argv or any(a == "--ops" and b == "attention"
+                                        for a, b in zip(argv, argv[1:])):
+        from . import attention   # fused attention against torch's SDPA (times, not GB/s)
+        return attention.main([a for a in argv
+                               if a not in ("--ops", "attention", "--ops=attention")])
     p = argparse.ArgumentParser(prog="tilec bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help=f"tokens {QUICK.tokens} x hidden {QUICK.hidden}: a smoke test")
     p.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     p.add_argument("--ops", default=",".join(OPS),
                    help="comma-separated (default: all); 'gemm' alone: the matmul benchmark "
-                        "(tilec/bench/gemm.py, its own options)")
+                        "(tilec/bench/gemm.py, its own options); 'attention' alone: fused "
+                        "attention against torch's SDPA (tilec/bench/attention.py)")
     p.add_argument("--arch", default=Settings.arch, choices=BUILD_ARCHES,
                    help=f"tilec's --arch (default {DEFAULT_ARCH})")
     p.add_argument("--repeat", type=int, default=Settings.repeat,

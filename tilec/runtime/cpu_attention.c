@@ -26,7 +26,9 @@
 
 typedef struct {
   const tilec_attention_problem* p;
-  int64_t row_blocks, splits, keys_per_split;
+  /* a unit: the rows of the query heads that read one key head (share of them, s rows
+   * each), contiguous in the grid; it is cut into row_blocks blocks of at most BM rows */
+  int64_t share, unit_rows, row_blocks, splits, keys_per_split;
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
 } Attention;
 
@@ -121,11 +123,11 @@ typedef struct {
 /* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to 4) and all BM queries, from the
  * queries transposed (qt[c][i], zero past the task's rows) and the keys' rows (kb[j][c]). */
 static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t cols,
-                            int64_t d) {
+                            int64_t d, int64_t queries) {
   for (int64_t j0 = 0; j0 < cols; j0 += 4) {
     const float* k[4];
     for (int r = 0; r < 4; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
-    for (int64_t i = 0; i < BM; i += 16) {
+    for (int64_t i = 0; i < queries; i += 16) {
       __m256 acc[4][2];
       for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
       for (int64_t c = 0; c < d; c++) {
@@ -220,13 +222,23 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
 
 /* -- a task --------------------------------------------------------------------------------- */
 
+/* The grid rows [row0, row0 + rows) of row block ``block``, and the last query index (within
+ * s) among them. */
+static void locate(const Attention* a, int64_t block, int64_t* row0, int64_t* rows,
+                   int64_t* last_row) {
+  int64_t s = a->p->s, first = block % a->row_blocks * BM;
+  *rows = a->unit_rows - first < BM ? a->unit_rows - first : BM;
+  *row0 = block / a->row_blocks * a->unit_rows + first;
+  *last_row = first % s + *rows <= s ? first % s + *rows - 1 : s - 1;
+}
+
 static void run_task(const Attention* a, int64_t task, Scratch* x) {
   const tilec_attention_problem* p = a->p;
   int64_t split = task % a->splits, block = task / a->splits;
-  int64_t b = block / a->row_blocks, i0 = block % a->row_blocks * BM;
-  int64_t rows = p->s - i0 < BM ? p->s - i0 : BM, row0 = b * p->s + i0;
+  int64_t row0, rows, last_row;
+  locate(a, block, &row0, &rows, &last_row);
   int64_t k_base, v_base;
-  kv_offsets(p, b, &k_base, &v_base);
+  kv_offsets(p, row0 / p->s, &k_base, &v_base);
   widen(x->q, at(p->q, p->q_dtype, row0 * p->d), p->q_dtype, rows * p->d);
   for (int64_t c = 0; c < p->d; c++)
     for (int64_t i = 0; i < BM; i++) x->qt[c * BM + i] = i < rows ? x->q[i * p->d + c] : 0.0f;
@@ -234,8 +246,8 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
   memset(x->o, 0, (size_t)(rows * p->dv) * sizeof(float));
   int64_t first = split * a->keys_per_split;
   int64_t last = first + a->keys_per_split < p->t ? first + a->keys_per_split : p->t;
-  if (p->causal && last > i0 + rows - 1 + p->diagonal + 1)
-    last = i0 + rows - 1 + p->diagonal + 1;   /* later keys are above every row's diagonal */
+  if (p->causal && last > last_row + p->diagonal + 1)
+    last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
   for (int64_t j0 = first; j0 < last; j0 += BN) {
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     const float* kb = (const float*)at(p->k, p->k_dtype, k_base + j0 * p->d);
@@ -244,7 +256,7 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
       widen(x->kb, kb, p->k_dtype, cols * p->d), kb = x->kb;
     if (p->v_dtype != TILEC_ATTENTION_F32)
       widen(x->vb, vb, p->v_dtype, cols * p->dv), vb = x->vb;
-    block_scores(x->qt, kb, x->st, cols, p->d);
+    block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
     float* scores = x->scores + j0;
     for (int64_t r = 0; r < rows; r++)
       for (int64_t j = 0; j < cols; j++) scores[r * p->t + j] = x->st[j * BM + r];
@@ -268,8 +280,8 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
 /* Combine the splits of row block ``block`` in split order. */
 static void combine(const Attention* a, int64_t block, float* o) {
   const tilec_attention_problem* p = a->p;
-  int64_t b = block / a->row_blocks, i0 = block % a->row_blocks * BM;
-  int64_t rows = p->s - i0 < BM ? p->s - i0 : BM, row0 = b * p->s + i0, dv = p->dv;
+  int64_t row0, rows, last_row, dv = p->dv;
+  locate(a, block, &row0, &rows, &last_row);
   for (int64_t r = 0; r < rows; r++) {
     float top = -INFINITY, sum = 0.0f;
     for (int64_t k = 0; k < a->splits; k++) {
@@ -329,8 +341,13 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 
 int tilec_attention(const tilec_attention_problem* p) {
   if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
-  Attention a = {p, (p->s + BM - 1) / BM, 1, p->t > 0 ? p->t : 1, NULL};
-  int64_t blocks = p->batch * a.row_blocks, threads = tilec_num_threads();
+  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL};
+  for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
+       axis--)
+    a.share *= p->extents[axis];
+  a.unit_rows = a.share * p->s;
+  a.row_blocks = (a.unit_rows + BM - 1) / BM;
+  int64_t blocks = p->batch / a.share * a.row_blocks, threads = tilec_num_threads();
   if (blocks < 2 * threads && p->t >= 2 * MIN_SPLIT_KEYS) {
     int64_t want = (2 * threads + blocks - 1) / blocks, most = p->t / MIN_SPLIT_KEYS;
     a.splits = want < most ? want : most;

@@ -1,0 +1,142 @@
+"""tilec's fused attention (tile-attention, ``runtime/cpu_attention.c``) against PyTorch's
+``scaled_dot_product_attention`` called as its users call it: ``is_causal=True`` for causal,
+``enable_gqa=True`` for grouped-query attention (no expanded keys or values, no mask).
+
+In: 32 query heads and 8 key/value heads, d = 128, s = t in {512, 1024, 4096} (and 16384 with
+``--long``), causal and not, float32 and bfloat16; decode: one query row against t in
+{4096, 32768} keys (SDPA without a mask: one query row sees every key).  Out: one markdown
+table: per case the best time of each, tilec's speed-up over SDPA (above 1: tilec faster),
+and for decode the bytes of the keys and values per second against a copy's (``np.copyto``
+between preallocated buffers of the same size, bytes read and written).
+
+    tilec bench --ops attention [--long] [--quick] [--repeat N] [-o FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+import tilec
+
+SOURCE = """
+func causal__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
+               v: Tensor<T>[b, hk, 1, t, d]) -> Tensor<T>[b, hk, g, s, d] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * rsqrt(cast(dim(d), f32));
+  let masked = where(iota([s, t], axis=1) <= iota([s, t], axis=0, start=t - s), scores, -inf);
+  return cast(cast(softmax(masked, axis=-1), T) @ v, T);
+}
+func full__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
+             v: Tensor<T>[b, hk, 1, t, d]) -> Tensor<T>[b, hk, g, s, d] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * rsqrt(cast(dim(d), f32));
+  return cast(cast(softmax(scores, axis=-1), T) @ v, T);
+}
+"""
+DTYPES = {"float32": (np.float32, "f32"), "bfloat16": (ml_dtypes.bfloat16, "bf16")}
+HEADS, KV_HEADS, D = 32, 8, 128
+Case = tuple[str, int, int, bool, str]    # kind (prefill/decode), s, t, causal, dtype
+
+
+def source() -> str:
+    return "\n".join(SOURCE.replace("__T", f"_{short}").replace("<T>", f"<{short}>")
+                     .replace(", T)", f", {short})") for _, short in DTYPES.values())
+
+
+def cases(long: bool, quick: bool) -> list[Case]:
+    if quick:
+        return [("prefill", 64, 64, True, "float32"), ("decode", 1, 256, False, "bfloat16")]
+    sizes = (512, 1024, 4096) + ((16384,) if long else ())
+    out: list[Case] = [("prefill", n, n, causal, dtype) for n in sizes for causal in (True, False)
+                       for dtype in DTYPES]
+    return out + [("decode", 1, t, False, dtype) for t in (4096, 32768) for dtype in DTYPES]
+
+
+def best(run: Callable[[], Any], repeat: int) -> float:
+    run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def copy_gbps(nbytes: int, repeat: int) -> float:
+    src, dst = np.ones(nbytes // 4, np.float32), np.zeros(nbytes // 4, np.float32)
+    return 2 * src.nbytes / best(lambda: np.copyto(dst, src), repeat) / 1e9
+
+
+def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator) -> dict:
+    kind, s, t, causal, dtype = case
+    np_dtype, short = DTYPES[dtype]
+    group = HEADS // KV_HEADS
+    q = rng.standard_normal((1, KV_HEADS, group, s, D)).astype(np_dtype)
+    k = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
+    v = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
+    fn = getattr(lib, f"{'causal' if causal or kind == 'decode' else 'full'}_{short}")
+    row = {"tilec": best(lambda: fn(q, k, v), repeat)}
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return row
+    as_torch = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+    def tensor(a: np.ndarray, heads: int) -> Any:
+        return torch.from_numpy(a.astype(np.float32).reshape(1, heads, -1, D)).to(as_torch)
+    tq, tk, tv = tensor(q, HEADS), tensor(k, KV_HEADS), tensor(v, KV_HEADS)
+    row["sdpa"] = best(lambda: F.scaled_dot_product_attention(
+        tq, tk, tv, is_causal=causal and kind == "prefill", enable_gqa=True), repeat)
+    if kind == "decode":
+        kv_bytes = k.nbytes + v.nbytes
+        row["gbps"] = kv_bytes / row["tilec"] / 1e9
+        row["copy"] = copy_gbps(kv_bytes, repeat)
+    return row
+
+
+def report(rows: list[tuple[Case, dict]]) -> str:
+    load = os.getloadavg()
+    lines = [f"# attention: tilec vs torch scaled_dot_product_attention ({platform.machine()}, "
+             f"{len(os.sched_getaffinity(0))} CPUs, TILEC_NUM_THREADS "
+             f"{os.environ.get('TILEC_NUM_THREADS', 'unset')})", "",
+             f"Load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (the machine "
+             "is shared: the ratios, measured side by side, count more than the times).", "",
+             f"{HEADS} query heads, {KV_HEADS} key/value heads, d = {D}, batch 1.", "",
+             "| case | s | t | causal | dtype | tilec ms | SDPA ms | tilec/SDPA speed-up | "
+             "decode GB/s (copy) |",
+             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    for (kind, s, t, causal, dtype), row in rows:
+        sdpa = row.get("sdpa")
+        speed = f"{sdpa / row['tilec']:.2f}x" if sdpa else "-"
+        gbps = f"{row['gbps']:.1f} ({row['copy']:.1f})" if "gbps" in row else ""
+        lines.append(f"| {kind} | {s} | {t} | {'yes' if causal else 'no'} | {dtype} | "
+                     f"{row['tilec'] * 1e3:.1f} | {sdpa * 1e3 if sdpa else 0:.1f} | {speed} | "
+                     f"{gbps} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="tilec bench --ops attention",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--long", action="store_true", help="add s = t = 16384")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
+    p.add_argument("-o", dest="output", help="also write the report here")
+    args = p.parse_args(argv)
+    lib = tilec.compile_string(source(), "attention_bench.tile")
+    rng = np.random.default_rng(0)
+    rows = []
+    for case in cases(args.long, args.quick):
+        rows.append((case, time_case(lib, case, args.repeat, rng)))
+        print(f"  {case}: {rows[-1][1]}", flush=True)
+    text = report(rows)
+    print(text)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    return 0
