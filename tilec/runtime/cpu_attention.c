@@ -20,7 +20,8 @@
 #include "cpu_runtime.h"
 
 #define V3 __attribute__((target("avx2,fma,f16c")))
-#define BM 64           /* query rows per task (a multiple of 16) */
+#define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 64           /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
 
@@ -126,18 +127,22 @@ static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t
                             int64_t d, int64_t queries) {
   for (int64_t j0 = 0; j0 < cols; j0 += 4) {
     const float* k[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
     for (int64_t i = 0; i < queries; i += 16) {
       __m256 acc[4][2];
+      #pragma GCC unroll 4
       for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
       for (int64_t c = 0; c < d; c++) {
         __m256 q0 = _mm256_loadu_ps(qt + c * BM + i), q1 = _mm256_loadu_ps(qt + c * BM + i + 8);
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
           __m256 kr = _mm256_broadcast_ss(k[r] + c);
           acc[r][0] = _mm256_fmadd_ps(kr, q0, acc[r][0]);
           acc[r][1] = _mm256_fmadd_ps(kr, q1, acc[r][1]);
         }
       }
+      #pragma GCC unroll 4
       for (int r = 0; r < 4; r++) {
         _mm256_storeu_ps(st + (j0 + r) * BM + i, acc[r][0]);
         _mm256_storeu_ps(st + (j0 + r) * BM + i + 8, acc[r][1]);
@@ -148,19 +153,21 @@ static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t
 
 /* o[r] += sum_j sb[r][j] * vb[j] over the block's cols keys (p in sb). */
 static V3 void block_values(const float* sb, const float* vb, float* o, int64_t rows,
-                            int64_t cols, int64_t dv) {
-  int64_t c = dv / 16 * 16;
+                            int64_t cols, int64_t dv, int64_t c_first) {
+  int64_t c = c_first + (dv - c_first) / 16 * 16;
   for (int64_t r0 = 0; r0 < rows; r0 += 4) {
     int64_t nr = rows - r0 < 4 ? rows - r0 : 4;
     const float* w[4];
     float* out[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
       int64_t rr = r0 + (r < nr ? r : 0);
       w[r] = sb + rr * BN;
       out[r] = o + rr * dv;
     }
-    for (int64_t c0 = 0; c0 < c; c0 += 16) {
+    for (int64_t c0 = c_first; c0 < c; c0 += 16) {
       __m256 acc[4][2];
+      #pragma GCC unroll 4
       for (int r = 0; r < 4; r++) {
         acc[r][0] = _mm256_loadu_ps(out[r] + c0);
         acc[r][1] = _mm256_loadu_ps(out[r] + c0 + 8);
@@ -168,12 +175,14 @@ static V3 void block_values(const float* sb, const float* vb, float* o, int64_t 
       const float* vj = vb + c0;
       for (int64_t j = 0; j < cols; j++, vj += dv) {
         __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
           __m256 pr = _mm256_broadcast_ss(w[r] + j);
           acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
           acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
         }
       }
+      #pragma GCC unroll 4
       for (int r = 0; r < nr; r++) {
         _mm256_storeu_ps(out[r] + c0, acc[r][0]);
         _mm256_storeu_ps(out[r] + c0 + 8, acc[r][1]);
@@ -186,6 +195,80 @@ static V3 void block_values(const float* sb, const float* vb, float* o, int64_t 
       for (int64_t j = 0; j < cols; j++) sum += sb[r * BN + j] * vb[j * dv + c];
       o[r * dv + c] = sum;
     }
+}
+
+/* x86-64-v4: block_scores with an 8 keys x 32 queries tile (queries rounded up to 32: qt
+ * holds BM, zero past the task's rows). */
+static V4 void block_scores_v4(const float* qt, const float* kb, float* st, int64_t cols,
+                               int64_t d, int64_t queries) {
+  for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+    const float* k[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
+    for (int64_t i = 0; i < queries; i += 32) {
+      __m512 acc[8][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d; c++) {
+        __m512 q0 = _mm512_loadu_ps(qt + c * BM + i), q1 = _mm512_loadu_ps(qt + c * BM + i + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          __m512 kr = _mm512_set1_ps(k[r][c]);
+          acc[r][0] = _mm512_fmadd_ps(kr, q0, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(kr, q1, acc[r][1]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        if (j0 + r >= BN) break;
+        _mm512_storeu_ps(st + (j0 + r) * BM + i, acc[r][0]);
+        _mm512_storeu_ps(st + (j0 + r) * BM + i + 16, acc[r][1]);
+      }
+    }
+  }
+}
+
+/* x86-64-v4: block_values over the columns below a multiple of 32, 8 rows x 32 columns at a
+ * time; the columns it leaves. */
+static V4 int64_t block_values_v4(const float* sb, const float* vb, float* o, int64_t rows,
+                                  int64_t cols, int64_t dv) {
+  int64_t c = dv / 32 * 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    int64_t nr = rows - r0 < 8 ? rows - r0 : 8;
+    const float* w[8];
+    float* out[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+      int64_t rr = r0 + (r < nr ? r : 0);
+      w[r] = sb + rr * BN;
+      out[r] = o + rr * dv;
+    }
+    for (int64_t c0 = 0; c0 < c; c0 += 32) {
+      __m512 acc[8][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        acc[r][0] = _mm512_loadu_ps(out[r] + c0);
+        acc[r][1] = _mm512_loadu_ps(out[r] + c0 + 16);
+      }
+      const float* vj = vb + c0;
+      for (int64_t j = 0; j < cols; j++, vj += dv) {
+        __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          __m512 pr = _mm512_set1_ps(w[r][j]);
+          acc[r][0] = _mm512_fmadd_ps(pr, v0, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(pr, v1, acc[r][1]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        if (r >= nr) break;
+        _mm512_storeu_ps(out[r] + c0, acc[r][0]);
+        _mm512_storeu_ps(out[r] + c0 + 16, acc[r][1]);
+      }
+    }
+  }
+  return c;
 }
 
 /* Fold the block's scores (row r at scores + r * t) into m, l and o; sb gets the weights. */
@@ -236,6 +319,7 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
   const tilec_attention_problem* p = a->p;
   int64_t split = task % a->splits, block = task / a->splits;
   int64_t row0, rows, last_row;
+  int v4 = tilec_cpu_level() >= 4;
   locate(a, block, &row0, &rows, &last_row);
   int64_t k_base, v_base;
   kv_offsets(p, row0 / p->s, &k_base, &v_base);
@@ -256,13 +340,17 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
       widen(x->kb, kb, p->k_dtype, cols * p->d), kb = x->kb;
     if (p->v_dtype != TILEC_ATTENTION_F32)
       widen(x->vb, vb, p->v_dtype, cols * p->dv), vb = x->vb;
-    block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
+    if (v4)
+      block_scores_v4(x->qt, kb, x->st, cols, p->d, (rows + 31) / 32 * 32);
+    else
+      block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
     float* scores = x->scores + j0;
     for (int64_t r = 0; r < rows; r++)
       for (int64_t j = 0; j < cols; j++) scores[r * p->t + j] = x->st[j * BM + r];
     p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
     online_softmax(scores, p->t, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
-    block_values(x->sb, vb, x->o, rows, cols, p->dv);
+    block_values(x->sb, vb, x->o, rows, cols, p->dv,
+                 v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
   }
   if (a->splits > 1) {
     float* out = a->partial + task * BM * (p->dv + 2);
