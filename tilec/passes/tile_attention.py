@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..dialect import ops as t
+from ..dialect.types import tensor_info
 from ..dialect.locations import span_of
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
@@ -107,6 +108,7 @@ def _match(softmax: ir.Operation) -> Optional[list[ir.Operation]]:
         raise NearMiss("the softmax is not over the last axis (the keys)")
     chain = _chain(softmax.operands[0], first)
     keys = _keys(first.operands[1])
+    _check_operands(first, keys[-1].operands[0])
     tail, second = _after_softmax(softmax)
     values = _values(second.operands[1])
     epilogue = _epilogue(second)
@@ -116,11 +118,11 @@ def _match(softmax: ir.Operation) -> Optional[list[ir.Operation]]:
 
 
 def _scores_matmul(value: Any) -> Optional[ir.Operation]:
-    """The matmul that ``value`` is an element-wise function of through single operands."""
+    """The matmul that ``value`` is an element-wise function of, through one operand at
+    each op (the others must not depend on a matmul)."""
     op = _op(value)
-    while op is not None and op.name in ELEMENTWISE:
-        candidates = [_scores_matmul(v) for v in op.operands]
-        found = [c for c in candidates if c is not None]
+    if op is not None and op.name in ELEMENTWISE:
+        found = [m for m in map(_scores_matmul, op.operands) if m is not None]
         return found[0] if len(found) == 1 else None
     return op if op is not None and op.name == "tile.matmul" else None
 
@@ -138,6 +140,19 @@ def _chain(value: Any, first: ir.Operation) -> list[ir.Operation]:
         on_path = [v for v in op.operands if _same(_op(v), first) or _same(_scores_matmul(v), first)]
         op = _op(on_path[0])
     return chain
+
+
+def _check_operands(first: ir.Operation, key: Any) -> None:
+    """The shapes the CPU kernel reads: q, k and the scores of one rank, without '...', in
+    floating point."""
+    values = {"q": first.operands[0], "k": key, "the scores": first.results[0]}
+    infos = {name: tensor_info(v.type) for name, v in values.items()}
+    if any(i.rank_generic for i in infos.values()):
+        raise NearMiss("a shape is rank-generic ('...')")
+    if len({len(i.shape) for i in infos.values()}) != 1:
+        raise NearMiss("k's rank is not q's (broadcast it to [.., 1, t, d] with reshape)")
+    if any(i.dtype not in ("float32", "float16", "bfloat16") for i in infos.values()):
+        raise NearMiss("q, k or the scores are not floating point")
 
 
 def _keys(value: Any) -> list[ir.Operation]:
@@ -184,12 +199,13 @@ def _values(value: Any) -> list[ir.Operation]:
 
 
 def _epilogue(second: ir.Operation) -> list[ir.Operation]:
-    """Element-wise ops after ``second`` of one operand each, read once (casts, a scale)."""
+    """The casts after ``second``, each read once (the runtime stores the output in its
+    type; anything else is a kernel of its own)."""
     out = []
     value = second.results[0]
     while _single_use(value):
         user = _only_user(value)
-        if user.name not in ELEMENTWISE or len(user.operands) != 1:
+        if user.name != "tile.cast":
             break
         out.append(user)
         value = user.results[0]
@@ -206,7 +222,7 @@ def _sides(chain: list[ir.Operation], inside: set[ir.Operation]) -> list[ir.Oper
         if op is None or op in inside:
             continue
         if op.name not in ELEMENTWISE | MOVEMENT:
-            raise NearMiss(f"the mask or bias holds '{op.name}', not element-wise of inputs")
+            continue    # made by a kernel of its own: an input of the attention's
         if any(u.owner.operation not in inside for u in op.results[0].uses):
             continue
         inside.add(op)
