@@ -9,7 +9,7 @@ table: per case the best time of each, tilec's speed-up over SDPA (above 1: tile
 and for decode the bytes of the keys and values per second against a copy's (``np.copyto``
 between preallocated buffers of the same size, bytes read and written).
 
-    tilec bench --ops attention [--long] [--quick] [--repeat N] [-o FILE]
+    tilec bench --ops attention [--long] [--quick] [--repeat N] [--threads N] [-o FILE]
 """
 from __future__ import annotations
 
@@ -99,11 +99,20 @@ def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator) -> di
     return row
 
 
+def _torch_threads() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "-"
+    return str(torch.get_num_threads())
+
+
 def report(rows: list[tuple[Case, dict]]) -> str:
     load = os.getloadavg()
     lines = [f"# attention: tilec vs torch scaled_dot_product_attention ({platform.machine()}, "
              f"{len(os.sched_getaffinity(0))} CPUs, TILEC_NUM_THREADS "
-             f"{os.environ.get('TILEC_NUM_THREADS', 'unset')})", "",
+             f"{os.environ.get('TILEC_NUM_THREADS', 'unset')}, torch threads {_torch_threads()})",
+             "",
              f"Load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (the machine "
              "is shared: the ratios, measured side by side, count more than the times).", "",
              f"{HEADS} query heads, {KV_HEADS} key/value heads, d = {D}, batch 1.", "",
@@ -126,8 +135,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--long", action="store_true", help="add s = t = 16384")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads of both (TILEC_NUM_THREADS, torch.set_num_threads; default: "
+                        "each its own): 1 compares the code on a machine others load")
     p.add_argument("-o", dest="output", help="also write the report here")
     args = p.parse_args(argv)
+    if args.threads:
+        os.environ["TILEC_NUM_THREADS"] = str(args.threads)   # read when the pool starts
+        try:
+            import torch
+            torch.set_num_threads(args.threads)
+        except ImportError:
+            pass
     lib = tilec.compile_string(source(), "attention_bench.tile")
     rng = np.random.default_rng(0)
     rows = []
