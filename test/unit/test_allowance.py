@@ -188,3 +188,83 @@ def test_verify_passes_a_correct_float32_mlp_at_every_size(tmp_path) -> None:
     path.write_text(MLP[:MLP.index("func mlp_bf16")])
     report = verify(str(path), CompileOptions())
     assert report.ok and len(report.cases) == 22, report.table()
+
+
+# ---------------------------------------------------------------------------------------------
+# normalize has a row of its own: the built-in as a whole, not its four steps
+
+NORMALIZE = """
+func row(x: Tensor<f32>[r, n], m: Tensor<f32>[r, 1], v: Tensor<f32>[r, 1]) -> Tensor<f32>[r, n] {
+  return normalize(x, m, v);
+}
+func steps(x: Tensor<f32>[r, n], m: Tensor<f32>[r, 1], v: Tensor<f32>[r, 1])
+    -> Tensor<f32>[r, n] {
+  return (x - m) * rsqrt(v + 1e-5);
+}
+func layer(x: Tensor<f32>[r, n]) -> Tensor<f32>[r, n] {
+  return normalize(x, reduce_mean(x, axes=[-1]), reduce_var(x, axes=[-1]));
+}
+func no_eps(x: Tensor<f32>[r, n]) -> Tensor<f32>[r, n] {
+  let m = reduce_mean(x, axes=[-1]);
+  return (x - m) * rsqrt(reduce_var(x, axes=[-1]));
+}
+func biased(x: Tensor<f32>[r, n]) -> Tensor<f32>[r, n] {
+  let m = reduce_mean(x, axes=[-1]);
+  let ss = reduce_sum((x - m) * (x - m), axes=[-1]);
+  return normalize(x, m, ss / cast(dim(n) - 1, float32));
+}
+"""
+
+
+def test_normalize_row_is_its_condition_numbers_over_the_operand_box() -> None:
+    y = lambda x, m, v, e: (x - m) / np.sqrt(v + e)   # noqa: E731
+    x, m, v, e = (np.array([a]) for a in (3.0, 1.0, 0.25, 1e-5))
+    exact = [np.zeros(1)] * 4
+    assert allowance.normalize([x, m, v, e], exact, y(x, m, v, e)) == \
+        pytest.approx(allowance.NORMALIZE_ROUNDINGS * U * y(x, m, v, e))
+    # a small move of each operand: the first-order bound r (dx + dm) + |y| dv / (2 s)
+    dx, dm, dv = 1e-7, 2e-7, 3e-7
+    d = allowance.normalize([x, m, v, e], [np.array([a]) for a in (dx, dm, dv, 0.0)],
+                            y(x, m, v, e))
+    s = 0.25 + 1e-5
+    first = (dx + dm) / math.sqrt(s) + y(x, m, v, e) * dv / (2 * s)
+    rounding = allowance.NORMALIZE_ROUNDINGS * U * y(x, m, v, e)
+    assert d - rounding == pytest.approx(first, rel=1e-5)
+    # it is the exact corner, never below the worst move of the function itself
+    worst = y(x + dx, m - dm, v - dv, e) - y(x, m, v, e)
+    assert d - rounding >= worst
+    # var + eps within its allowance of 0: unbounded
+    assert np.isinf(allowance.normalize([x, m, v, e], [np.zeros(1), np.zeros(1),
+                                                       np.array([0.3]), np.zeros(1)],
+                                        y(x, m, v, e)))
+
+
+def test_normalize_takes_its_row_not_its_steps() -> None:
+    """The same values as the written-out steps; the allowance is the row's (which counts
+    an ulp for rsqrt, as kernels computing 1 / sqrt round twice), not the steps' sum."""
+    module = compile_source(NORMALIZE, "n.tile")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    m, v = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    (a,), (da,) = reference.allowed(module, "row", x, m, v)
+    (b,), (db,) = reference.allowed(module, "steps", x, m, v)
+    np.testing.assert_array_equal(a, b)
+    assert np.all(da >= db) and np.count_nonzero(da > db) > a.size // 10
+    y = (x.astype(np.float64) - m) / np.sqrt(v.astype(np.float64) + np.float32(1e-5))
+    row = allowance.NORMALIZE_ROUNDINGS * U * np.abs(y)
+    np.testing.assert_array_equal(da, allowance.rounded(y, row, "float32", "float32"))
+
+
+def test_a_wrong_normalize_kernel_still_fails() -> None:
+    """eps dropped (5% here) or the variance biased by n / (n - 1) (0.05%): rows of variance
+    1e-4 and n = 1000, where a correct kernel passes with the row's allowance and the wrong
+    ones do not.  (Rows centred at 5, not 0, would cancel in x - mean: the allowance then
+    honestly reaches 0.6% and explains the bias.)"""
+    lib = tilec.compile_string(NORMALIZE, "n.tile")
+    module = compile_source(NORMALIZE, "n.tile")
+    x = (np.random.default_rng(4).standard_normal((3, 1000)) * 0.01).astype(np.float32)
+    (want,), (d,) = reference.allowed(module, "layer", x)
+    assert compare(lib.layer(x), want, "float32", allowance=d).ok
+    for wrong in (lib.no_eps, lib.biased):
+        result = compare(wrong(x), want, "float32", allowance=d)
+        assert result.mismatches > x.size // 2, str(result)

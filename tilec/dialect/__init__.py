@@ -37,6 +37,10 @@ BACKWARD_ATTR = "tile.backward"     # `#pragma backward(NAME)`: the gradient fun
 # `#pragma dtype_template(T, [...])`: {function = "NAME", T = "float16"} on the instance
 # NAME__float16 of NAME (absent where -D T=... left one instance under the plain name)
 DTYPE_TEMPLATE_ATTR = "tile.dtype_template"
+# On the op that gives a composite built-in's value (the tile.mul of normalize's
+# (x - mean) * rsqrt(var + eps)): the built-in's name, so that the reference applies that
+# built-in's allowance row to the steps as a whole; the backends ignore it
+BUILTIN_ATTR = "tile.builtin"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..diagnostics import Span
 from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR,
-                       DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR)
+                       BUILTIN_ATTR, DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
+                       TEMPLATES_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
@@ -71,6 +72,8 @@ _SIMPLE = {"cast": t.CastOp, "broadcast": t.BroadcastOp, "reshape": t.ReshapeOp,
 def _build(v: Value, operands: list[ir.Value]) -> ir.Value:
     res = v.type.to_mlir()
     attrs = _op_attrs(v)
+    if "builtin" in v.attrs:
+        attrs[BUILTIN_ATTR] = ir.StringAttr.get(v.attrs["builtin"])
     with loc(v.span):
         # Created generically: the dialects.ext builders take a falsy attribute (``false``, an
         # empty array) for a missing one and refuse it.

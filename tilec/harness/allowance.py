@@ -11,8 +11,8 @@ tolerance: ``|got - want| <= atol + rtol * |want| + allowance``.
 - an element-wise built-in: ``u * |result|`` plus how far its result moves when each operand
   moves within its allowance (:data:`UNARY` and :data:`BINARY`: one row per built-in; a
   monotone function's spread is exact, the others use a bound of their slope);
-- ``reduce_var`` and ``softmax`` have rules of their own (:func:`variance`, :func:`softmax`),
-  not those of their steps;
+- ``reduce_var``, ``softmax`` and ``normalize`` have rules of their own (:func:`variance`,
+  :func:`softmax`, :func:`normalize`), not those of their steps;
 - a value that is infinite or NaN carries none: it must match exactly;
 - rounding to a narrower type (a ``cast``, a ``return``) accepts either neighbour of the
   rounded value where the allowance reaches across a rounding point (:func:`rounded`); a cast
@@ -217,6 +217,33 @@ def softmax(x: np.ndarray, d: np.ndarray, result: np.ndarray, axis: int) -> np.n
         moved = np.expm1(d + np.max(d, axis=axis, keepdims=True, initial=0.0))
         rel = moved + (4.0 * math.sqrt(max(count, 1)) + 6.0) * U
         return finite_only(result, np.abs(result) * rel)
+
+
+NORMALIZE_ROUNDINGS = 4.5
+"""How many units ``u * |y|`` a float32 ``normalize`` rounds by: its subtraction (u), its
+``var + eps`` (u on the sum, half of it on y), its ``rsqrt`` (an ulp, 2u: kernels may compute
+``1 / sqrt``, which rounds twice) and its product (u)."""
+
+
+def normalize(xs: list[np.ndarray], ds: list[np.ndarray], result: np.ndarray) -> np.ndarray:
+    """``normalize(x, mean, var, eps) = (x - mean) * rsqrt(var + eps)`` as one built-in,
+    given its four operands (broadcast to the result) and their allowances.
+
+    With c = x - mean, s = var + eps, r = s**-1/2 and y = c * r, its condition numbers are
+    dy/dx = r, dy/dmean = -r and dy/dvar = dy/deps = -y / (2 s).  Their first-order bound
+    ``r (dx + dmean) + |y| (dvar + deps) / (2 s)`` understates the move where s - (dvar +
+    deps) nears 0, so the row takes the exact one over the box of operands: y moves furthest
+    at the corner |c| + dc, s - ds (r falls as s grows), by ``r dc + (|c| + dc) (r(s - ds) -
+    r)``, unbounded where s - ds <= 0.  To it come the kernel's own roundings,
+    :data:`NORMALIZE_ROUNDINGS` times ``u * |y|``."""
+    x, mean, var, eps = xs
+    dc, dsum = ds[0] + ds[1], ds[2] + ds[3]
+    with np.errstate(all="ignore"):
+        c, s = np.abs(x - mean), var + eps
+        r, low = 1.0 / np.sqrt(s), s - dsum
+        dr = np.where(low > 0, 1.0 / np.sqrt(np.where(low > 0, low, 1.0)) - r, np.inf)
+        moved = r * dc + (c + dc) * dr
+        return finite_only(result, NORMALIZE_ROUNDINGS * U * np.abs(result) + moved)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, da: np.ndarray, db: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dialect import DISPATCH_ATTR, KERNEL_ATTR, Param, TensorInfo, params_of, tensor_info
+from ..dialect import BUILTIN_ATTR, DISPATCH_ATTR, KERNEL_ATTR, Param, TensorInfo, params_of, tensor_info
 from ..dialect.locations import span_of
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
@@ -266,8 +266,9 @@ class _Interpreter:
             for r, v in zip(op.results, outs):
                 env[r] = self.finish(op, r.type, v)
             if self.track:
-                denv.update(zip(op.results, self.allowance(op, xs, [denv[v] for v in op.operands],
-                                                           [env[r] for r in op.results])))
+                builtin = _builtin_allowance(op, env, denv)
+                denv.update(zip(op.results, [builtin] if builtin is not None else self.allowance(
+                    op, xs, [denv[v] for v in op.operands], [env[r] for r in op.results])))
         raise ReferenceError("internal: a block without a terminator")
 
     def call(self, op: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -609,6 +610,42 @@ _ALLOWANCE: dict[str, AllowanceRule] = {
     "tile.softmax": _softmax_allowance,
     "tile.matmul": _matmul_allowance,
 }
+
+
+def _producer(value: Any, name: str) -> Any:
+    """The op ``name`` that defines ``value``, through broadcasts; None when another op or a
+    block argument does."""
+    owner = value.owner
+    while not isinstance(owner, ir.Block) and owner.operation.name == "tile.broadcast":
+        owner = owner.operands[0].owner
+    return None if isinstance(owner, ir.Block) or owner.operation.name != name else owner
+
+
+def _normalize_operands(op: Any) -> list[Any] | None:
+    """x, mean, var and eps of the ``(x - mean) * rsqrt(var + eps)`` that ``op`` ends."""
+    centered = _producer(op.operands[0], "tile.sub")
+    scale = _producer(op.operands[1], "tile.rsqrt")
+    shifted = scale and _producer(scale.operands[0], "tile.add")
+    if centered is None or shifted is None:
+        return None
+    return [*centered.operands, *shifted.operands]
+
+
+def _builtin_allowance(op: Any, env: dict[Any, np.ndarray],
+                       denv: dict[Any, np.ndarray]) -> np.ndarray | None:
+    """The allowance of a composite built-in's value (``tile.builtin``), from the built-in's
+    own operands by its row; None for any other op, or where its steps are not all in this
+    block (the composed steps' allowance stands then)."""
+    if op.operation.name != "tile.mul" or BUILTIN_ATTR not in op.attributes \
+            or ir.StringAttr(op.attributes[BUILTIN_ATTR]).value != "normalize":
+        return None
+    operands = _normalize_operands(op)
+    if operands is None or any(v not in env for v in operands):
+        return None
+    out = env[op.results[0]]
+    xs = [np.broadcast_to(env[v], out.shape) for v in operands]
+    ds = [np.broadcast_to(denv[v], out.shape) for v in operands]
+    return allowance.normalize(xs, ds, out)
 
 
 def _grid_extents(ev: _Interpreter, func_op: Any) -> list[tuple[int, ...]]:
