@@ -1,7 +1,8 @@
 """Run-time broadcasting of different symbols (language 1.1, issue 15): the Hugging Face
 rotary case, ``cos`` of batch ``cb`` against ``q`` of batch ``b``, with ``cb == b`` and
-``cb == 1``, on ``cpu`` (-O0, -O2) and ``ascend-sim`` against the reference and NumPy; a
-mismatch raises naming the arguments."""
+``cb == 1``, on ``cpu`` (-O0, -O2) and ``ascend-sim`` against the reference and NumPy; where
+no declared result names either symbol, either side may be 1; a mismatch raises naming the
+arguments."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ import tilec
 from tilec.cli import main
 from tilec.frontend import compile_source
 from tilec.harness.numerics import assert_close
+from tilec.dims import Dim
 from tilec.harness.reference import ReferenceError, run
 
 ROTARY = """
@@ -133,21 +135,75 @@ def test_a_define_on_one_side_broadcasts_against_the_constant() -> None:
         lib.rotary(*inputs(3, 2))
 
 
-def test_two_broadcasts_of_the_same_symbols_agree_on_the_direction() -> None:
-    """No declared result names b or cb: the first broadcast picks cb (the first operand's),
-    and the second, written the other way round, keeps it, so b may be cb or 1 (with two
-    directions, b == 1 would be required too).  cb == 1 against b == 3 is refused: the result's
-    dimension is cb."""
-    text = """
+REDUCED = """
 func f(q: Tensor<float32>[b, n], c: Tensor<float32>[cb, n]) -> Tensor<float32>[n] {
   return reduce_sum(c * q + q * c, axes=[0], keepdims=false);
 }
 """
-    lib = tilec.compile_string(text, "f.tile")
-    q = np.arange(12, dtype=np.float32).reshape(3, 4)
-    c = np.full((3, 4), 2, np.float32)
-    for x in (q, q[:1]):
-        np.testing.assert_allclose(lib.f(x, c), (2 * c * x).sum(axis=0), rtol=1e-6)
-    with pytest.raises(RuntimeError, match=r"b \(of 'q'\) must equal cb \(of 'c'\) or be 1 "
-                                           r"\(b = 3, cb = 1\)"):
-        lib.f(q, c[:1])
+EITHER = [(3, 3), (1, 3), (3, 1), (1, 1)]
+
+
+def reduced_inputs(b: int, cb: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(b * 10 + cb)
+    return (rng.standard_normal((b, 6)).astype(np.float32),
+            rng.standard_normal((cb, 6)).astype(np.float32))
+
+
+@pytest.mark.parametrize("target,opt", CONFIGS)
+def test_either_side_may_be_1_where_no_result_names_the_symbols(target: str, opt: int) -> None:
+    """No declared result names b or cb: the broadcast's extent is the larger one (the sum
+    runs over 3 rows whichever side is 1), and two broadcasts of the same symbols agree.
+    Sizes that differ with neither 1 raise naming both arguments."""
+    lib = tilec.compile_string(REDUCED, "f.tile", target=target, opt_level=opt)
+    module = compile_source(REDUCED, "f.tile")
+    for b, cb in EITHER:
+        q, c = reduced_inputs(b, cb)
+        want = (2 * c * q).sum(axis=0)
+        np.testing.assert_allclose(lib.f(q, c), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(run(module, "f", q, c), want, rtol=1e-5, atol=1e-6)
+    message = (r"b \(of 'q'\) and cb \(of 'c'\) must be equal or one of them 1 "
+               r"\(b = 3, cb = 2\)")
+    with pytest.raises(RuntimeError, match=message):
+        lib.f(*reduced_inputs(3, 2))
+    with pytest.raises(ReferenceError, match=message):
+        run(module, "f", *reduced_inputs(3, 2))
+
+
+def test_either_side_may_be_1_without_the_generic_kernel() -> None:
+    lib = tilec.compile_string(REDUCED, "f.tile", no_generic=True)
+    for b, cb in ((1, 3), (3, 1), (1, 1)):
+        q, c = reduced_inputs(b, cb)
+        np.testing.assert_allclose(lib.f(q, c), (2 * c * q).sum(axis=0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="no variant"):   # equal sizes need the generic kernel
+        lib.f(*reduced_inputs(3, 3))
+
+
+def test_ptx_has_a_kernel_for_each_direction(tmp_path: Path) -> None:
+    source = tmp_path / "f.tile"
+    source.write_text(REDUCED)
+    assert main([str(source), "--target", "ptx", "--emit=cubin",
+                 "-o", str(tmp_path / "f.cubin")]) == 0       # ptxas accepts it
+    ptx = tmp_path / "f.ptx"
+    assert main([str(source), "--target", "ptx", "--emit=ptx", "-o", str(ptx)]) == 0
+    entries = [line for line in ptx.read_text().splitlines() if ".entry" in line]
+    for variant in ("f__b_1", "f__cb_1"):
+        assert any(variant in e for e in entries), entries
+
+
+def test_a_declared_result_keeps_its_size() -> None:
+    """The result is declared [b, h, s, d]: with b = 1 and cb = 3 the broadcast would be 3
+    long, not b, so it is refused (language.md: a returned shape must equal the declared)."""
+    lib = tilec.compile_string(ROTARY, "rotary.tile")
+    with pytest.raises(RuntimeError, match=r"cb \(of 'cos'\) must equal b \(of 'q'\) or be "
+                                           r"1 \(cb = 3, b = 1\)"):
+        lib.rotary(*inputs(1, 3))
+
+
+def test_torch_shapes_accept_either_side_where_the_library_does() -> None:
+    from tilec.torch import shapes
+    one_way = ["cb", "b", "message", False]
+    either = ["cb", "b", "message", True]
+    for pairs, holds in (([one_way], False), ([either], True), ([one_way[:3]], False)):
+        solution = shapes.solve([("q", (Dim.sym("b"),)), ("c", (Dim.sym("cb"),))], [(1,), (3,)])
+        shapes.broadcasts(pairs, solution)
+        assert all(bool(c) for c, _ in solution.conditions) is holds

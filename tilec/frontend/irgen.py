@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..diagnostics import Span
 from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR,
-                       BUILTIN_ATTR, DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
-                       TEMPLATES_ATTR)
+                       BINDING_ATTR, BUILTIN_ATTR, DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
+                       TEMPLATES_ATTR, VARIANT_OF_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
@@ -94,6 +94,10 @@ def build_function(fn: TypedFunction) -> func.FuncOp:
     if fn.dtype_template:
         f.attributes[DTYPE_TEMPLATE_ATTR] = ir.DictAttr.get(
             {k: ir.StringAttr.get(v) for k, v in fn.dtype_template.items()})
+    if fn.variant_of is not None:
+        name, binding = fn.variant_of
+        f.attributes[VARIANT_OF_ATTR] = ir.StringAttr.get(name)
+        f.attributes[BINDING_ATTR] = ir.DictAttr.get({s: t.i64(v) for s, v in binding.items()})
     if fn.templates:
         f.attributes[TEMPLATES_ATTR] = ir.DictAttr.get(
             {k: ir.DenseI64ArrayAttr.get(v) for k, v in fn.templates.items()})

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dialect import BUILTIN_ATTR, DISPATCH_ATTR, KERNEL_ATTR, Param, TensorInfo, params_of, tensor_info
+from ..dialect import (BINDING_ATTR, BUILTIN_ATTR, DISPATCH_ATTR, KERNEL_ATTR, VARIANT_OF_ATTR,
+                       Param, TensorInfo, params_of, tensor_info)
 from ..dialect.locations import span_of
 from ..binding import Binding, BindError, bind
 from ..dims import Dim, parse_dim
@@ -694,11 +695,23 @@ def dispatch_entry(module: ir.Module, func_name: str) -> Dispatch | None:
     """``func_name``'s entry in the module's dispatch table; None when it has none."""
     attrs = module.operation.attributes
     if DISPATCH_ATTR not in attrs or func_name not in ir.DictAttr(attrs[DISPATCH_ATTR]):
-        return None
+        return _front_end_variants(module, func_name)
     entry = ir.DictAttr(attrs[DISPATCH_ATTR])[func_name]
     variants = tuple((v["fn"].value, {b.name: b.attr.value for b in v["binding"]})
                      for v in entry["variants"])
     return Dispatch(entry["generic"].value, variants)
+
+
+def _front_end_variants(module: ir.Module, func_name: str) -> Dispatch | None:
+    """Before tile-shape-template: the variants the front end made of ``func_name`` (a
+    run-time broadcast's other direction), which the generic function cannot serve."""
+    variants = tuple(
+        (ir.StringAttr(op.attributes["sym_name"]).value,
+         {b.name: b.attr.value for b in ir.DictAttr(op.attributes[BINDING_ATTR])})
+        for op in module.body.operations
+        if op.operation.name == "func.func" and VARIANT_OF_ATTR in op.attributes
+        and ir.StringAttr(op.attributes[VARIANT_OF_ATTR]).value == func_name)
+    return Dispatch(func_name, variants) if variants else None
 
 
 def _dispatch(module: ir.Module, func_name: str, entry: Dispatch,

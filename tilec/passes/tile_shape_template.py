@@ -5,9 +5,11 @@ In: tile IR whose ``func.func`` ops may carry ``tile.templates = {SYM = array<i6
 cartesian product of the templates) a clone ``NAME__SYM_V[__SYM2_V2]`` placed after the generic
 function, with the bound symbols folded into every tensor type, slice bound and ``tile.check``;
 the generic function itself unless the option ``no-generic=true``; and the dispatch table
-``tile.dispatch`` on the module (see :mod:`tilec.dialect` for the attributes).  A function
-without ``tile.templates`` (already specialised, or never templated) is left alone, so running
-the pass twice changes nothing.
+``tile.dispatch`` on the module (see :mod:`tilec.dialect` for the attributes).  A variant the
+front end made (``tile.variant_of`` a function of the module, not yet in its dispatch entry:
+the other direction of a run-time broadcast) joins that entry, after its own template clones.
+A function without ``tile.templates`` (already specialised, or never templated) is left alone,
+so running the pass twice changes nothing.
 """
 from __future__ import annotations
 
@@ -42,17 +44,42 @@ def shape_template(module: ir.Module, pc: PassContext) -> None:
     generic functions, leaving ``generic = ""`` in their dispatch entries."""
     keep_generic = not pc.options.no_generic
     functions = [op for op in module.body.operations if isinstance(op, func.FuncOp)]
-    templated = [f for f in functions if TEMPLATES_ATTR in f.attributes]
-    if not templated:
-        return
-    taken = {f.name.value for f in functions}
+    templated = [f for f in functions if TEMPLATES_ATTR in f.attributes
+                 and VARIANT_OF_ATTR not in f.attributes]
     attrs = module.operation.attributes
     table = {n.name: n.attr for n in ir.DictAttr(attrs[DISPATCH_ATTR])} \
         if DISPATCH_ATTR in attrs else {}
+    listed = {ir.StringAttr(v["fn"]).value for e in table.values()
+              for v in ir.DictAttr(e)["variants"]}
+    names = {f.name.value for f in functions}
+    variants = [f for f in functions if VARIANT_OF_ATTR in f.attributes   # the front end's
+                and f.name.value not in listed
+                and ir.StringAttr(f.attributes[VARIANT_OF_ATTR]).value in names]
+    if not templated and not variants:
+        return
+    taken = set(names)
     for f in templated:
         name = f.name.value  # before _specialise, which may erase f
         table[name] = _specialise(f, taken, keep_generic)
+    for f in variants:
+        _add_variant(table, f, taken)
     attrs[DISPATCH_ATTR] = ir.DictAttr.get(table)
+
+
+def _add_variant(table: dict[str, ir.Attribute], f: func.FuncOp, taken: set[str]) -> None:
+    """Add a variant the front end made (``tile.variant_of`` and ``tile.binding`` already set,
+    a function analysed with a symbol fixed) to its function's dispatch entry, after that
+    entry's variants: first its own template variants, bound as it is and more, then itself."""
+    owner = ir.StringAttr(f.attributes[VARIANT_OF_ATTR]).value
+    base = {b.name: ir.IntegerAttr(b.attr).value for b in ir.DictAttr(f.attributes[BINDING_ATTR])}
+    entry = ir.DictAttr(table[owner]) if owner in table else None
+    generic = entry["generic"] if entry is not None else ir.StringAttr.get(owner)
+    entries = list(entry["variants"]) if entry is not None else []
+    if TEMPLATES_ATTR in f.attributes:
+        entries += list(ir.DictAttr(_specialise(f, taken, True, base, owner))["variants"])
+    entries.append(ir.DictAttr.get({"fn": ir.StringAttr.get(f.name.value),
+                                    "binding": _binding_attr(base)}))
+    table[owner] = ir.DictAttr.get({"generic": generic, "variants": ir.ArrayAttr.get(entries)})
 
 
 def bindings_of(f: func.FuncOp) -> list[Binding]:
@@ -81,9 +108,11 @@ def _binding_attr(binding: Binding) -> ir.DictAttr:
     return ir.DictAttr.get({s: ir.IntegerAttr.get(i64, v) for s, v in binding.items()})
 
 
-def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool) -> ir.DictAttr:
+def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool, base: Binding | None = None,
+                owner: str | None = None) -> ir.DictAttr:
     """Insert ``f``'s variants after it, drop ``f`` unless ``keep_generic``; its dispatch
-    entry."""
+    entry.  ``f`` may itself be a variant of ``owner`` with ``base`` bound: so are its
+    clones, with ``base`` in their bindings."""
     name = f.name.value
     bindings = bindings_of(f)
     del f.attributes[TEMPLATES_ATTR]
@@ -98,8 +127,9 @@ def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool) -> ir.DictA
         clone = f.operation.clone(ip=ir.InsertionPoint.after(anchor))
         anchor = clone
         clone.attributes["sym_name"] = ir.StringAttr.get(vname)
-        clone.attributes[VARIANT_OF_ATTR] = ir.StringAttr.get(name)
-        clone.attributes[BINDING_ATTR] = binding_attr = _binding_attr(binding)
+        clone.attributes[VARIANT_OF_ATTR] = ir.StringAttr.get(owner or name)
+        clone.attributes[BINDING_ATTR] = binding_attr = _binding_attr({**(base or {}),
+                                                                       **binding})
         _Folder(binding, vname).function(clone)
         entries.append(ir.DictAttr.get({"fn": ir.StringAttr.get(vname),
                                         "binding": binding_attr}))

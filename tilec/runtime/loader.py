@@ -165,8 +165,9 @@ class Function:
         self.symbols: list[str] = meta["symbols"]
         self.lead: list[str] | None = meta["lead"]
         self.generic: bool = meta["generic"]
-        self.broadcasts: list[list[str]] = meta.get("broadcasts", [])
-        """``[symbol, to, message]`` of each run-time broadcast: ``symbol`` is ``to`` or 1."""
+        self.broadcasts: list[list] = meta.get("broadcasts", [])
+        """``[symbol, to, message, either]`` of each run-time broadcast: ``symbol`` is ``to``
+        or 1, or with ``either`` ``to`` may be 1 instead."""
         self.backward: str | None = meta.get("backward")
         """The function of the same library that computes this one's gradients
         (``#pragma backward(NAME)``), or None."""

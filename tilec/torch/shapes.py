@@ -100,12 +100,14 @@ def solve(params: Sequence[tuple[str, tuple]], sizes: Sequence[Sequence[Size]]) 
     return out
 
 
-def broadcasts(pairs: Sequence[Sequence[str]], solution: Solution) -> None:
-    """The run-time broadcasts of a function (``[symbol, to, message]``, the library
-    metadata's ``broadcasts``): ``symbol`` must equal ``to`` or be 1."""
-    for symbol, to, message in pairs:
+def broadcasts(pairs: Sequence[Sequence], solution: Solution) -> None:
+    """The run-time broadcasts of a function (``[symbol, to, message, either]``, the library
+    metadata's ``broadcasts``): ``symbol`` must equal ``to`` or be 1, or with ``either``
+    ``to`` may be 1 instead."""
+    for symbol, to, message, *either in pairs:
         a, b = solution.symbols[symbol], solution.symbols[to]
-        solution.conditions.append(((a == b) | (a == 1), message))
+        holds = (a == b) | (a == 1)
+        solution.conditions.append((holds | (b == 1) if any(either) else holds, message))
 
 
 def extent(d: Dim, symbols: dict[str, Size], out: Solution, where: str) -> Size:

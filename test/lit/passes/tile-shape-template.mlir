@@ -137,3 +137,26 @@ func.func @done__n_4(%x: tensor<4xf32> {tile.name = "x"}) -> tensor<4xf32>
     attributes {tile.binding = {n = 4 : i64}, tile.symbols = ["n"], tile.variant_of = "done"} {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+// A variant the front end made (a run-time broadcast's other direction) joins its function's
+// dispatch entry after the function's own clones; its own templates are cloned bound as it is.
+// CHECK: tile.dispatch = {f = {generic = "f", variants = [{binding = {b = 1 : i64}, fn = "f__b_1"}, {binding = {cb = 1 : i64, n = 4 : i64}, fn = "f__cb_1__n_4"}, {binding = {cb = 1 : i64}, fn = "f__cb_1"}]}}
+// CHECK-LABEL: func.func @f(
+// CHECK-LABEL: func.func @f__b_1(
+// CHECK-LABEL: func.func @f__cb_1(
+// CHECK-SAME: tile.binding = {cb = 1 : i64}, tile.symbols = ["b", "n", "cb"], tile.variant_of = "f"
+// CHECK-LABEL: func.func @f__cb_1__n_4(
+// CHECK-SAME: %{{.*}}: tensor<?x4xf32, ["b", "4"]> {tile.name = "x"}
+// CHECK-SAME: tile.binding = {cb = 1 : i64, n = 4 : i64}, tile.symbols = ["b", "n", "cb"], tile.variant_of = "f"
+func.func @f(%x: tensor<?x?xf32, ["b", "n"]> {tile.name = "x"}, %c: tensor<?x?xf32, ["cb", "n"]> {tile.name = "c"}) -> tensor<?xf32, ["n"]>
+    attributes {tile.symbols = ["b", "n", "cb"], tile.templates = {b = array<i64: 1>}} {
+  %0 = "tile.reduce"(%x) {axes = array<i64: -2>, keepdims = false, kind = "sum"} : (tensor<?x?xf32, ["b", "n"]>) -> tensor<?xf32, ["n"]>
+  return %0 : tensor<?xf32, ["n"]>
+}
+func.func @f__cb_1(%x: tensor<?x?xf32, ["b", "n"]> {tile.name = "x"}, %c: tensor<1x?xf32, ["1", "n"]> {tile.name = "c"}) -> tensor<?xf32, ["n"]>
+    attributes {tile.binding = {cb = 1 : i64}, tile.symbols = ["b", "n", "cb"], tile.templates = {n = array<i64: 4>}, tile.variant_of = "f"} {
+  %0 = "tile.reduce"(%x) {axes = array<i64: -2>, keepdims = false, kind = "sum"} : (tensor<?x?xf32, ["b", "n"]>) -> tensor<?xf32, ["n"]>
+  return %0 : tensor<?xf32, ["n"]>
+}

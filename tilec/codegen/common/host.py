@@ -350,7 +350,7 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
                        "results": results, "symbols": e.symbols, "lead": e.lead,
                        "generic": generic is not None, "variants": variants}
         abi = functions[e.generic.function if e.generic else e.variants[0][1].function]
-        out[e.name]["broadcasts"] = _broadcasts(abi)
+        out[e.name]["broadcasts"] = _broadcasts(abi, [b for b, _ in e.variants])
         if DTYPE_TEMPLATE_ATTR in abi.attributes:
             out[e.name]["dtype_template"] = {
                 a.name: ir.StringAttr(a.attr).value
@@ -361,12 +361,19 @@ def metadata(entries: list[Entry], functions: dict[str, Any], source: str, arch:
             "source": source, "functions": out}
 
 
-def _broadcasts(fn: Any) -> list[list[str]]:
-    """``[symbol, to, message]`` of each run-time broadcast (``bcast`` check) of ``fn``: the
-    symbol must equal ``to`` or be 1."""
-    return [[ir.StringAttr(op.attributes[k]).value for k in ("lhs", "rhs", "message")]
-            for op in fn.regions[0].blocks[0].operations if op.operation.name == "tile.check"
-            and ir.StringAttr(op.attributes["rel"]).value == "bcast"]
+def _broadcasts(fn: Any, bindings: list[dict[str, int]]) -> list[list[Any]]:
+    """``[symbol, to, message, either]`` of each run-time broadcast (``bcast`` check) of
+    ``fn``: the symbol must equal ``to`` or be 1, or with ``either`` (a variant binds ``to``
+    to 1 alone, the front end's other direction) ``to`` may be 1 instead."""
+    out: list[list[Any]] = []
+    for op in fn.regions[0].blocks[0].operations:
+        if op.operation.name != "tile.check" or \
+                ir.StringAttr(op.attributes["rel"]).value != "bcast":
+            continue
+        lhs, rhs, message = (ir.StringAttr(op.attributes[k]).value
+                             for k in ("lhs", "rhs", "message"))
+        out.append([lhs, rhs, message, {rhs: 1} in bindings])
+    return out
 
 
 @dataclass(frozen=True)

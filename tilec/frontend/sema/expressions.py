@@ -181,11 +181,16 @@ class ExpressionRules:
         1.1): the result takes the constant, else a symbol the function's declared results
         name, else the first, avoiding symbols that already stretch elsewhere (so that two
         broadcasts of the same symbols agree on the direction); each other one must be equal
-        to it or 1 at run time (a ``bcast`` check), and gets a variant where it is 1."""
+        to it or 1 at run time (a ``bcast`` check), and gets a variant where it is 1.  A
+        result symbol that no declared result names may be 1 instead (``root.reversible``):
+        the function is analysed again with it 1 for that variant."""
         root = self.root
         steady = [d for d in dims if not d.symbols() & root.stretch.keys()]
         result = ([d for d in dims if d.is_const()] +
                   [d for d in steady if d.symbols() & root.result_symbols] + steady + dims)[0]
+        reversible = not result.is_const() and not result.symbols() & root.result_symbols
+        if reversible:
+            root.reversible.setdefault(str(result), at)
         for d in dims:
             if d == result:
                 continue
@@ -194,6 +199,10 @@ class ExpressionRules:
                 f"equal {result} (of {root.symbol_source(str(result))})"
             message = (f"broadcast in dimension -{i}: {sym} (of {root.symbol_source(sym)}) "
                        f"must {to} or be 1")
+            if reversible:
+                message = (f"broadcast in dimension -{i}: {sym} (of {root.symbol_source(sym)}) "
+                           f"and {result} (of {root.symbol_source(str(result))}) must be "
+                           "equal or one of them 1")
             if all(c.lhs != d or c.rhs != result or c.rel != "bcast" for c in root.checks):
                 root.checks.append(Check(d, "bcast", result, message, self.here(at)))
             root.stretch.setdefault(sym, at)

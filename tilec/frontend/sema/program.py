@@ -88,8 +88,26 @@ class Program:
                 if fn.backward in grouped:
                     fn.backward = _backward_instance(fn, f, inst)
                 typed.append(fn)
+                typed.extend(self._reversed(f, fn))
         self.dtype_env = {}
         return typed
+
+    def _reversed(self, fdef: ast.FuncDef, fn: TypedFunction) -> list[TypedFunction]:
+        """The variants of ``fn`` where a run-time broadcast's result symbol is 1, so that
+        the other side is the result (language 1.1: equal, or either one 1): ``fdef``
+        analysed again with that symbol 1, as ``-D`` would give it, under ``fn``'s ABI."""
+        out = []
+        for sym in fn.reversible:
+            variant = self.analyze_function(fdef, {sym: 1})
+            variant.name = f"{fn.name}__{sym}_1"
+            if variant.name in self.functions:
+                raise TilecError(f"variant '{variant.name}' of '{fn.name}' has the name of "
+                                 "another function", self.functions[variant.name].name_span)
+            variant.symbols = fn.symbols
+            variant.variant_of = (fn.name, {sym: 1})
+            variant.backward = None     # the function's entry has one, not its variants
+            out.append(variant)
+        return out
 
     def dtype(self, name: str, span: Span) -> str:
         """The element type a type or ``cast`` names: a dtype, or a dtype template's."""
@@ -125,11 +143,12 @@ class Program:
                                "of this file")
 
     # functions -----------------------------------------------------------------------------
-    def analyze_function(self, fdef: ast.FuncDef) -> TypedFunction:
+    def analyze_function(self, fdef: ast.FuncDef,
+                         fixed: dict[str, int] | None = None) -> TypedFunction:
         lead = 0
         while True:
             try:
-                return FunctionAnalyzer(self, fdef, lead).run_top()
+                return FunctionAnalyzer(self, fdef, lead, fixed=fixed).run_top()
             except NeedLead as need:
                 lead += need.count
                 if lead > 16:
@@ -228,9 +247,11 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
     analyzed by a nested analyzer that appends to the caller's graph (inlining)."""
 
     def __init__(self, program: Program, fdef: ast.FuncDef, lead: int,
-                 parent: "FunctionAnalyzer | None" = None, depth: int = 0) -> None:
+                 parent: "FunctionAnalyzer | None" = None, depth: int = 0,
+                 fixed: dict[str, int] | None = None) -> None:
         self.program = program
         self.fdef = fdef
+        self.fixed = fixed or {}     # symbols given a value for one variant, as -D gives
         self.depth = depth
         self.parent = parent
         root = parent.root if parent else self
@@ -241,6 +262,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
             self.hints: list[Hint] = []
             self.broadcasts: dict[tuple[int, Shape], Value] = {}
             self.stretch: dict[str, Span] = {}    # symbols broadcast at run time (maybe 1)
+            self.reversible: dict[str, Span] = {}  # run-time broadcast results that may be 1
             self.result_symbols: set[str] = set()
             self.lead_names = [f"${i}" for i in range(lead)]
         self.env: dict[str, Value] = {}
@@ -313,7 +335,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
     # top level -----------------------------------------------------------------------------
     def run_top(self) -> TypedFunction:
         f = self.fdef
-        defines = self.program.options.defines
+        defines = {**self.program.options.defines, **self.fixed}
         self.subst = {k: Dim.const(v) for k, v in defines.items()}
         if any(isinstance(p.type, ast.TensorType) and p.type.dims
                and isinstance(p.type.dims[0], ast.EllipsisExpr) for p in f.params):
@@ -330,7 +352,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
             name=f.name, span=f.name_span, params=params, result_types=result_types,
             results=results, values=self.values, symbols=symbols, lead=self.lead_names,
             rank_generic=self.prefix is not None, checks=self.checks, hints=self.hints,
-            templates=templates, backward=self.backward)
+            templates=templates, backward=self.backward, reversible=list(self.reversible))
 
     def _declare_params(self) -> list[ParamInfo]:
         params = []
@@ -407,7 +429,7 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
             if p.name != "shape_template":
                 continue
             sym, values = template_args(p)
-            if sym in self.program.options.defines:
+            if sym in self.program.options.defines or sym in self.fixed:
                 continue          # -D on a templated symbol wins: one variant, no dispatch
             if sym not in symbols:
                 if p in self.fdef.body:

@@ -91,6 +91,8 @@ class TypedFunction:
     templates: dict[str, list[int]]
     backward: str | None = None    # `#pragma backward(NAME)`
     dtype_template: dict[str, str] | None = None   # {"function": NAME, T: dtype} of an instance
+    reversible: list[str] = field(default_factory=list)   # see ExpressionRules._runtime_broadcast
+    variant_of: tuple[str, dict[str, int]] | None = None  # (function, binding) of a variant
 
 
 @dataclass
