@@ -207,3 +207,29 @@ def test_torch_shapes_accept_either_side_where_the_library_does() -> None:
         solution = shapes.solve([("q", (Dim.sym("b"),)), ("c", (Dim.sym("cb"),))], [(1,), (3,)])
         shapes.broadcasts(pairs, solution)
         assert all(bool(c) for c, _ in solution.conditions) is holds
+
+
+def test_a_template_on_another_symbol_keeps_the_variants_at_1() -> None:
+    """Each stretching symbol's variant at 1 serves any value of the other symbols: with a
+    template on n, b = 1 at n = 6 ran the generic kernel (the templates' product bound n = 8
+    too), which read q as if b were cb."""
+    text = REDUCED.replace("{\n", "{\n  #pragma shape_template(n, [8])\n", 1)
+    lib = tilec.compile_string(text, "f.tile")
+    for b, cb in EITHER:
+        q, c = reduced_inputs(b, cb)
+        np.testing.assert_allclose(lib.f(q, c), (2 * c * q).sum(axis=0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target,opt", CONFIGS)
+def test_an_odd_head_size_is_refused_as_the_reference_refuses_it(target: str, opt: int,
+                                                                  reference_module) -> None:
+    """rotate() slices at d/2: language.md divides symbols exactly, so d = 7 is an error in
+    the library as in the reference (the library read past the row before), naming d's
+    argument (q: rotate's x is inlined)."""
+    lib = tilec.compile_string(ROTARY, "rotary.tile", target=target, opt_level=opt)
+    args = inputs(3, 3, d=7)
+    message = r"rotary.tile:3:.*slice bound 'd/2' \(d of 'q'\) is not an integer \(d = 7\)"
+    with pytest.raises(RuntimeError, match=message):
+        lib.rotary(*args)
+    with pytest.raises(ReferenceError, match=message):
+        run(reference_module, "rotary", *args)

@@ -74,7 +74,11 @@ def params_of(func_op: Any, unnamed: str = "arg{}") -> list[Param]:
 #       {binding = {seq = 2048 : i64}, fn = "rmsnorm__seq_2048"}, ...]}}   on the module: the
 #     exact-match table a caller consults (symbols bound from the arguments); generic = "" when
 #     the generic function was dropped (--no-generic)
+#   tile.stretch = ["cb"]                  beside tile.templates: symbols a run-time broadcast
+#     stretches, whose variant at 1 must serve any value of the other symbols (so their
+#     bindings at 1 come alone too, not only in the templates' product)
 TEMPLATES_ATTR = "tile.templates"
+STRETCH_ATTR = "tile.stretch"
 VARIANT_OF_ATTR = "tile.variant_of"
 BINDING_ATTR = "tile.binding"
 DISPATCH_ATTR = "tile.dispatch"

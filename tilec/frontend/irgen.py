@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ..diagnostics import Span
 from ..dialect import (ARG_DEFAULT_ATTR, ARG_NAME_ATTR, ARG_SCALAR_ATTR, BACKWARD_ATTR,
-                       BINDING_ATTR, BUILTIN_ATTR, DTYPE_TEMPLATE_ATTR, LEAD_ATTR, SYMBOLS_ATTR,
-                       TEMPLATES_ATTR, VARIANT_OF_ATTR)
+                       BINDING_ATTR, BUILTIN_ATTR, DTYPE_TEMPLATE_ATTR, LEAD_ATTR, STRETCH_ATTR,
+                       SYMBOLS_ATTR, TEMPLATES_ATTR, VARIANT_OF_ATTR)
 from ..dialect import ops as t
 from ..mlir import func, ir
 from .sema import TypedFunction, Value
@@ -101,6 +101,8 @@ def build_function(fn: TypedFunction) -> func.FuncOp:
     if fn.templates:
         f.attributes[TEMPLATES_ATTR] = ir.DictAttr.get(
             {k: ir.DenseI64ArrayAttr.get(v) for k, v in fn.templates.items()})
+    if fn.stretch:
+        f.attributes[STRETCH_ATTR] = t.str_array(fn.stretch)
     arg_attrs = []
     for p in fn.params:
         d = {ARG_NAME_ATTR: ir.StringAttr.get(p.name)}

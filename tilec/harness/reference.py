@@ -311,6 +311,13 @@ class _Interpreter:
     def check(self, op: Any) -> None:
         a = op.attributes
         rel = a["rel"].value
+        if rel == "int":
+            value = parse_dim(a["lhs"].value).evaluate(self.binding.symbols)
+            if value.denominator == 1:
+                return
+            values = parse_dim(a["lhs"].value).symbols()
+            raise _error(op, f"{a['message'].value} (" + ", ".join(
+                f"{s} = {self.binding.symbols[s]}" for s in sorted(values)) + ")")
         lhs, rhs = self.dim(a["lhs"].value, op), self.dim(a["rhs"].value, op)
         if rel not in ("le", "eq", "bcast"):
             raise _internal(op, f"relation {rel!r}")

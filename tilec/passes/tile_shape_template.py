@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ..diagnostics import TilecError
-from ..dialect import (BINDING_ATTR, DISPATCH_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR,
+from ..dialect import (BINDING_ATTR, DISPATCH_ATTR, STRETCH_ATTR, SYMBOLS_ATTR, TEMPLATES_ATTR,
                        VARIANT_OF_ATTR, tensor_info)
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
@@ -92,7 +92,21 @@ def bindings_of(f: func.FuncOp) -> list[Binding]:
         sizes = " x ".join(f"{len(templates[s])} ({s})" for s in order)
         raise TilecError(f"shape templates of '{f.name.value}' make {sizes} = {count} variants; "
                          f"at most {MAX_VARIANTS} are allowed", span_of(f.location))
-    return [dict(zip(order, values)) for values in itertools.product(*map(templates.get, order))]
+    product = [dict(zip(order, values)) for values in itertools.product(*map(templates.get, order))]
+    return product + [b for b in _stretched_alone(f, order) if b not in product]
+
+
+def _stretched_alone(f: func.FuncOp, order: list[str]) -> list[Binding]:
+    """Every non-empty set of the stretched symbols (``tile.stretch``) at 1 with the other
+    symbols free, most bound first: the generic kernel reads a stretched operand with its own
+    strides, right only where the sizes are equal, so a call with some of them 1 needs a
+    variant that binds exactly those, whatever the other symbols are."""
+    if STRETCH_ATTR not in f.attributes:
+        return []
+    stretched = {ir.StringAttr(a).value for a in f.attributes[STRETCH_ATTR]}
+    stretch = [s for s in order if s in stretched]
+    return [{s: 1 for s in chosen} for k in range(len(stretch), 0, -1)
+            for chosen in itertools.combinations(stretch, k)]
 
 
 def variant_name(name: str, binding: Binding) -> str:
@@ -116,6 +130,8 @@ def _specialise(f: func.FuncOp, taken: set[str], keep_generic: bool, base: Bindi
     name = f.name.value
     bindings = bindings_of(f)
     del f.attributes[TEMPLATES_ATTR]
+    if STRETCH_ATTR in f.attributes:
+        del f.attributes[STRETCH_ATTR]
     entries = []
     anchor = f.operation
     for binding in bindings:
@@ -199,6 +215,14 @@ class _Folder:
         rhs = parse_dim(attrs["rhs"].value).subst(self.env)
         gap = rhs - lhs
         rel = attrs["rel"].value
+        if rel == "int" and lhs.is_const():
+            if lhs.value is None:
+                raise TilecError(f"{self.where}: {attrs['message'].value} ({lhs})",
+                                 span_of(op.location))
+            return True
+        if rel == "int":
+            attrs["lhs"] = ir.StringAttr.get(str(lhs))
+            return False
         if rel == "le":
             holds = gap.nonneg()
         else:

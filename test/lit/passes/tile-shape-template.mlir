@@ -160,3 +160,19 @@ func.func @f__cb_1(%x: tensor<?x?xf32, ["b", "n"]> {tile.name = "x"}, %c: tensor
   %0 = "tile.reduce"(%x) {axes = array<i64: -2>, keepdims = false, kind = "sum"} : (tensor<?x?xf32, ["b", "n"]>) -> tensor<?xf32, ["n"]>
   return %0 : tensor<?xf32, ["n"]>
 }
+
+// -----
+
+// A stretched symbol (tile.stretch) gets its variant at 1 alone too, after the templates'
+// product, so that b = 1 at any n finds a kernel that reads x with stride 0.
+// CHECK: tile.dispatch = {g = {generic = "g", variants = [{binding = {b = 1 : i64, n = 4 : i64}, fn = "g__b_1__n_4"}, {binding = {b = 1 : i64}, fn = "g__b_1"}]}}
+// CHECK-LABEL: func.func @g(
+// CHECK-NOT: tile.stretch
+// CHECK-LABEL: func.func @g__b_1__n_4(
+// CHECK-LABEL: func.func @g__b_1(
+// CHECK-SAME: %{{.*}}: tensor<1x?xf32, ["1", "n"]> {tile.name = "x"}
+func.func @g(%x: tensor<?x?xf32, ["b", "n"]> {tile.name = "x"}) -> tensor<?xf32, ["n"]>
+    attributes {tile.stretch = ["b"], tile.symbols = ["b", "n"], tile.templates = {b = array<i64: 1>, n = array<i64: 4>}} {
+  %0 = "tile.reduce"(%x) {axes = array<i64: -2>, keepdims = false, kind = "sum"} : (tensor<?x?xf32, ["b", "n"]>) -> tensor<?xf32, ["n"]>
+  return %0 : tensor<?xf32, ["n"]>
+}

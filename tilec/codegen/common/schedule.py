@@ -237,6 +237,9 @@ class ImplBuilder:
         """A ``tile.check`` as a C condition, compared exactly (sides scaled to integers)."""
         a = op.attributes
         lhs, rhs = parse_dim(a["lhs"].value), parse_dim(a["rhs"].value)
+        if a["rel"].value == "int":
+            self.integer_check(op, lhs)
+            return
         den = lcm(*(c.denominator for c in (lhs - rhs).terms.values()), 1)
         left, right = self.scaled(lhs, den), self.scaled(rhs, den)
         relation = "<=" if a["rel"].value == "le" else "=="
@@ -250,6 +253,16 @@ class ImplBuilder:
             condition,
             failure("TILEC_ERR_CHECK", f"{where}{a['message'].value} ({a['lhs'].value} = ",
                     left, f", {a['rhs'].value} = ", right, f"{scale})")))
+
+    def integer_check(self, op: Any, lhs: Dim) -> None:
+        """A ``tile.check`` of relation ``int``: ``lhs`` times its denominator divides by it."""
+        den = lcm(*(c.denominator for c in lhs.terms.values()), 1)
+        span = span_of(op.location)
+        where = f"{span.located()}: " if span else ""
+        pieces = with_values(f"{where}{op.attributes['message'].value} (",
+                             [(s, self.sym(s)) for s in sorted(lhs.symbols())], ")")
+        self.impl.checks.append((f"{self.scaled(lhs, den)} % INT64_C({den}) == 0",
+                                 failure("TILEC_ERR_CHECK", *pieces)))
 
     # the schedule ---------------------------------------------------------------------------
     def build(self, params: list[Param], perturbed: bool) -> Impl:

@@ -284,6 +284,8 @@ class ExpressionRules:
                 if s.end is not None else d
             start_span = s.start.span if s.start else s.span
             end_span = s.end.span if s.end else s.span
+            self._integer(start, start_span)
+            self._integer(end, end_span)
             self._bound(Dim.const(0), start, start_span,
                         f"slice out of range: start '{start}' is negative")
             self._bound(start, end, s.span,
@@ -295,6 +297,17 @@ class ExpressionRules:
             out.append(end - start)
         return self.emit("slice", [x], {"starts": starts, "ends": ends},
                          x.type.with_dims(tuple(out)), e.span)
+
+    def _integer(self, bound: Dim, span: Span) -> None:
+        """A slice bound that divides symbols (``d/2``) must be an integer: checked at run time
+        (a constant one already is, or _subst_dim refused it)."""
+        if bound.is_const() or all(c.denominator == 1 for c in bound.terms.values()):
+            return
+        sources = ", ".join(f"{s} of {self.root.symbol_source(s)}"
+                            for s in sorted(bound.symbols()))
+        message = f"slice bound '{bound}' ({sources}) is not an integer"
+        if all(c.lhs != bound or c.rel != "int" for c in self.root.checks):
+            self.root.checks.append(Check(bound, "int", Dim.const(0), message, self.here(span)))
 
     def _bound(self, lo: Dim, hi: Dim, span: Span, message: str) -> None:
         """Require lo <= hi: decided now when possible, otherwise checked at run time."""

@@ -352,7 +352,8 @@ class FunctionAnalyzer(ExpressionRules, CallRules, BuiltinRules, IndexRules):
             name=f.name, span=f.name_span, params=params, result_types=result_types,
             results=results, values=self.values, symbols=symbols, lead=self.lead_names,
             rank_generic=self.prefix is not None, checks=self.checks, hints=self.hints,
-            templates=templates, backward=self.backward, reversible=list(self.reversible))
+            templates=templates, backward=self.backward, reversible=list(self.reversible),
+            stretch=[s for s in self.stretch if s in templates])
 
     def _declare_params(self) -> list[ParamInfo]:
         params = []

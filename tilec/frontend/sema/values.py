@@ -61,7 +61,7 @@ class Check:
     """A run-time condition ``lhs rel rhs`` on shape symbols."""
 
     lhs: Dim
-    rel: str                  # "le" | "eq" | "bcast" (lhs == rhs or lhs == 1)
+    rel: str                  # "le" | "eq" | "bcast" (lhs == rhs or lhs == 1) | "int" (lhs)
     rhs: Dim
     message: str
     span: Span
@@ -92,6 +92,7 @@ class TypedFunction:
     backward: str | None = None    # `#pragma backward(NAME)`
     dtype_template: dict[str, str] | None = None   # {"function": NAME, T: dtype} of an instance
     reversible: list[str] = field(default_factory=list)   # see ExpressionRules._runtime_broadcast
+    stretch: list[str] = field(default_factory=list)      # templated at 1 by a broadcast
     variant_of: tuple[str, dict[str, int]] | None = None  # (function, binding) of a variant
 
 
