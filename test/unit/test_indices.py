@@ -218,3 +218,41 @@ def test_dim_of_a_symbol_no_kernel_type_names(target: str, opt_level: int) -> No
     x = np.arange(7, dtype=np.float32)
     (got,), _ = results(target, opt_level, "scale", x, np.zeros(12, np.float32))
     assert np.array_equal(got, x * 11)
+
+
+OVERFLOW = """
+func far(x: Tensor<f32>[n]) -> Tensor<i32>[n] {
+  return iota([n], axis=0, start=2147483645);
+}
+func cube(x: Tensor<f32>[n]) -> int32 {
+  return dim(n * n * n);
+}
+func half(x: Tensor<f32>[n]) -> int32 {
+  return dim(n / 2);
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "ascend-sim"])
+def test_iota_and_dim_beyond_int32_raise_naming_the_argument(target: str) -> None:
+    """iota's last value and dim's value are int32: beyond it, or a fraction (dim(n/2) of an
+    odd n), the call raises naming the symbol's argument, as the reference does (the library
+    wrapped around before)."""
+    lib = tilec.compile_string(OVERFLOW, "o.tile", target=target)
+    module = compile_source(OVERFLOW, "o.tile")
+    for name, n, want in (("far", 3, 2147483645 + np.arange(3)), ("cube", 1290, 1290**3),
+                          ("half", 6, 3)):
+        x = np.zeros(n, np.float32)
+        np.testing.assert_array_equal(getattr(lib, name)(x), want)
+        np.testing.assert_array_equal(run(module, name, x), want)
+    for name, n, message in (
+            ("far", 4, r"o.tile:3:10: iota's last value 'n\+2147483644' \(n of 'x'\) is not an "
+                       r"int32 \(n = 4\)"),
+            ("cube", 1291, r"o.tile:6:14: dim 'n\*n\*n' \(n of 'x'\) is not an int32 "
+                           r"\(n = 1291\)"),
+            ("half", 7, r"o.tile:9:14: dim 'n/2' \(n of 'x'\) is not an int32 \(n = 7\)")):
+        x = np.zeros(n, np.float32)
+        with pytest.raises(RuntimeError, match=message):
+            getattr(lib, name)(x)
+        with pytest.raises(Exception, match=message):
+            run(module, name, x)

@@ -60,7 +60,8 @@ class DimOp(Tile.Operation, name="dim", traits=[ext.Pure]):
 class CheckOp(Tile.Operation, name="check"):
     """A run-time condition on shape symbols: ``lhs REL rhs`` with ``rel`` in ``le``/``eq``,
     or ``bcast``: ``lhs == rhs`` or ``lhs == 1`` (``lhs`` broadcasts to ``rhs`` at run time),
-    or ``int``: ``lhs`` is an integer (a slice bound ``d/2``; ``rhs`` is ``0`` and unused).
+    or ``int``: ``lhs`` is an integer (a slice bound ``d/2``; ``rhs`` is ``0`` and unused),
+    or ``i32``: ``lhs`` is an integer that fits int32 (an iota's values, a ``dim``).
 
     The front end emits it where a slice bound or a reshape's element count cannot be decided
     at compile time, and where two different symbols meet in a broadcast; ``message`` is what

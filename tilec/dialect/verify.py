@@ -329,7 +329,7 @@ def _fused(op: ir.Operation) -> str | None:
 
 def _check(op: ir.Operation) -> str | None:
     rel = op.attributes["rel"].value
-    if rel not in ("le", "eq", "bcast", "int"):
+    if rel not in ("le", "eq", "bcast", "int", "i32"):
         return f"has unknown relation '{rel}'"
     parse_dim(op.attributes["lhs"].value)
     parse_dim(op.attributes["rhs"].value)

@@ -311,9 +311,9 @@ class _Interpreter:
     def check(self, op: Any) -> None:
         a = op.attributes
         rel = a["rel"].value
-        if rel == "int":
+        if rel in ("int", "i32"):
             value = parse_dim(a["lhs"].value).evaluate(self.binding.symbols)
-            if value.denominator == 1:
+            if value.denominator == 1 and (rel == "int" or -2**31 <= value < 2**31):
                 return
             values = parse_dim(a["lhs"].value).symbols()
             raise _error(op, f"{a['message'].value} (" + ", ".join(

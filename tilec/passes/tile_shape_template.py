@@ -215,12 +215,12 @@ class _Folder:
         rhs = parse_dim(attrs["rhs"].value).subst(self.env)
         gap = rhs - lhs
         rel = attrs["rel"].value
-        if rel == "int" and lhs.is_const():
-            if lhs.value is None:
+        if rel in ("int", "i32") and lhs.is_const():
+            if lhs.value is None or rel == "i32" and not -2**31 <= lhs.value < 2**31:
                 raise TilecError(f"{self.where}: {attrs['message'].value} ({lhs})",
                                  span_of(op.location))
             return True
-        if rel == "int":
+        if rel in ("int", "i32"):
             attrs["lhs"] = ir.StringAttr.get(str(lhs))
             return False
         if rel == "le":

@@ -237,8 +237,8 @@ class ImplBuilder:
         """A ``tile.check`` as a C condition, compared exactly (sides scaled to integers)."""
         a = op.attributes
         lhs, rhs = parse_dim(a["lhs"].value), parse_dim(a["rhs"].value)
-        if a["rel"].value == "int":
-            self.integer_check(op, lhs)
+        if a["rel"].value in ("int", "i32"):
+            self.integer_check(op, lhs, a["rel"].value == "i32")
             return
         den = lcm(*(c.denominator for c in (lhs - rhs).terms.values()), 1)
         left, right = self.scaled(lhs, den), self.scaled(rhs, den)
@@ -254,15 +254,20 @@ class ImplBuilder:
             failure("TILEC_ERR_CHECK", f"{where}{a['message'].value} ({a['lhs'].value} = ",
                     left, f", {a['rhs'].value} = ", right, f"{scale})")))
 
-    def integer_check(self, op: Any, lhs: Dim) -> None:
-        """A ``tile.check`` of relation ``int``: ``lhs`` times its denominator divides by it."""
+    def integer_check(self, op: Any, lhs: Dim, int32: bool) -> None:
+        """A ``tile.check`` of relation ``int`` (``lhs`` times its denominator divides by it)
+        or ``i32`` (and within int32, both bounds times that denominator)."""
         den = lcm(*(c.denominator for c in lhs.terms.values()), 1)
+        value = self.scaled(lhs, den)
+        condition = f"{value} % INT64_C({den}) == 0"
+        if int32:
+            condition += (f" && {value} >= INT64_C({-2**31 * den})"
+                          f" && {value} <= INT64_C({(2**31 - 1) * den})")
         span = span_of(op.location)
         where = f"{span.located()}: " if span else ""
         pieces = with_values(f"{where}{op.attributes['message'].value} (",
                              [(s, self.sym(s)) for s in sorted(lhs.symbols())], ")")
-        self.impl.checks.append((f"{self.scaled(lhs, den)} % INT64_C({den}) == 0",
-                                 failure("TILEC_ERR_CHECK", *pieces)))
+        self.impl.checks.append((condition, failure("TILEC_ERR_CHECK", *pieces)))
 
     # the schedule ---------------------------------------------------------------------------
     def build(self, params: list[Param], perturbed: bool) -> Impl:

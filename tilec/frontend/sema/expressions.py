@@ -284,8 +284,8 @@ class ExpressionRules:
                 if s.end is not None else d
             start_span = s.start.span if s.start else s.span
             end_span = s.end.span if s.end else s.span
-            self._integer(start, start_span)
-            self._integer(end, end_span)
+            self.integer(start, start_span, "slice bound")
+            self.integer(end, end_span, "slice bound")
             self._bound(Dim.const(0), start, start_span,
                         f"slice out of range: start '{start}' is negative")
             self._bound(start, end, s.span,
@@ -298,16 +298,22 @@ class ExpressionRules:
         return self.emit("slice", [x], {"starts": starts, "ends": ends},
                          x.type.with_dims(tuple(out)), e.span)
 
-    def _integer(self, bound: Dim, span: Span) -> None:
-        """A slice bound that divides symbols (``d/2``) must be an integer: checked at run time
-        (a constant one already is, or _subst_dim refused it)."""
-        if bound.is_const() or all(c.denominator == 1 for c in bound.terms.values()):
+    def integer(self, d: Dim, span: Span, what: str, int32: bool = False) -> None:
+        """Dimension ``d`` (``what``) must be an integer, which one that divides symbols
+        (``d/2``) may not be, and with ``int32`` fit int32 (an iota's values, a ``dim``):
+        decided now for a constant, otherwise checked at run time (relation ``int`` or
+        ``i32``)."""
+        if d.is_const():
+            if int32 and d.value is not None and not -INT_LIMIT - 1 <= d.value <= INT_LIMIT:
+                raise TilecError(f"{what} is {d.value}, which does not fit int32", span)
             return
-        sources = ", ".join(f"{s} of {self.root.symbol_source(s)}"
-                            for s in sorted(bound.symbols()))
-        message = f"slice bound '{bound}' ({sources}) is not an integer"
-        if all(c.lhs != bound or c.rel != "int" for c in self.root.checks):
-            self.root.checks.append(Check(bound, "int", Dim.const(0), message, self.here(span)))
+        if not int32 and all(c.denominator == 1 for c in d.terms.values()):
+            return
+        rel = "i32" if int32 else "int"
+        sources = ", ".join(f"{s} of {self.root.symbol_source(s)}" for s in sorted(d.symbols()))
+        message = f"{what} '{d}' ({sources}) is not an {'int32' if int32 else 'integer'}"
+        if all(c.lhs != d or c.rel != rel for c in self.root.checks):
+            self.root.checks.append(Check(d, rel, Dim.const(0), message, self.here(span)))
 
     def _bound(self, lo: Dim, hi: Dim, span: Span, message: str) -> None:
         """Require lo <= hi: decided now when possible, otherwise checked at run time."""

@@ -6,7 +6,7 @@ from ...diagnostics import Span, TilecError
 from ...dialect.types import FLOAT_DTYPES, TensorInfo
 from ...dims import Dim
 from .. import ast
-from .values import INT_LIMIT, Value, dim_of, keepdims
+from .values import Value, dim_of, keepdims
 
 INDEX_BUILTINS: dict[str, tuple[tuple[str, ...], dict]] = {
     "iota": (("shape", "axis", "start"), {"start": 0}),
@@ -42,9 +42,8 @@ class IndexRules:
         if isinstance(arg.value, ast.ListExpr):
             raise TilecError("dim takes one dimension expression, not a list", arg.span)
         d = self._dim_expr(arg.value, "the argument of dim")
+        self.integer(d, arg.span, "dim", int32=True)
         if d.value is not None:
-            if abs(d.value) > INT_LIMIT:
-                raise TilecError(f"dim of {d.value}, which does not fit int32", arg.span)
             return self.materialize_int(d.value, arg.span)
         return self.emit("dim", [], {"expr": d}, TensorInfo("int32", ()), e.span)
 
@@ -72,6 +71,10 @@ class IndexRules:
         start = bound["start"]
         first = self._dim_expr(start.value, "iota's start") if isinstance(start, ast.Arg) \
             else Dim.const(start)
+        at = start.span if isinstance(start, ast.Arg) else e.span
+        self.integer(first, at, "iota's start", int32=True)
+        self.integer(first + dims[axis % rank] - Dim.const(1), e.span, "iota's last value",
+                     int32=True)
         return self.emit("iota", [], {"axis": axis % rank, "start": first},
                          TensorInfo("int32", dims), e.span)
 

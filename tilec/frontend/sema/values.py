@@ -61,7 +61,7 @@ class Check:
     """A run-time condition ``lhs rel rhs`` on shape symbols."""
 
     lhs: Dim
-    rel: str                  # "le" | "eq" | "bcast" (lhs == rhs or lhs == 1) | "int" (lhs)
+    rel: str                  # "le" | "eq" | "bcast" (lhs == rhs or lhs == 1) | "int" | "i32"
     rhs: Dim
     message: str
     span: Span
