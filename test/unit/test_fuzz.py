@@ -67,6 +67,13 @@ def test_generated_programs_are_well_typed(programs: list[Program]) -> None:
         compile_source(p.text(), f"program{p.seed}.tile")   # raises TilecError otherwise
 
 
+def test_a_shape_template_keeps_every_size_valid() -> None:
+    """A template value never makes a size negative: its values are the program's own size or
+    larger (tilec fuzz --seed 1, program 432: n in [1, 100] for a slice of size n-2)."""
+    program = generate(1, 432)
+    oracles.reference(program, program.text())     # raises TilecError otherwise
+
+
 def test_a_dtype_template_program_uses_its_type(programs: list[Program]) -> None:
     """A program whose float32 values pruning dropped is no template: the front end rejects
     a dtype_template that nothing uses (tilec fuzz --seed 1, programs 30 and 94)."""

@@ -661,8 +661,9 @@ def generate(seed: int, index: int) -> Program:
     symbols = [s for s in sizes if any(s in str(d) for p in main.params for d in p.type.shape)]
     if symbols and rng.random() < 0.12:
         s = str(rng.choice(symbols))
-        values = sorted({sizes[s] if rng.random() < 0.5 else int(rng.choice(SMALL)),
-                         int(rng.choice(SMALL))})
+        larger = [v for v in SMALL if v >= sizes[s]] or [sizes[s]]   # slices stay in range
+        values = sorted({sizes[s] if rng.random() < 0.5 else int(rng.choice(larger)),
+                         int(rng.choice(larger))})
         main = dataclasses.replace(main, pragmas=(f"#pragma shape_template({s}, {values})",))
     instance = b.choice(FLOATS) if template else None
     return Program((*b.helpers, main), sizes, lead, seed=index,
