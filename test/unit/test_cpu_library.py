@@ -235,9 +235,9 @@ def test_the_c_entry_checks_what_its_caller_passes(programs) -> None:
     lib, _ = programs
     halve = lib.cdll.halve
     halve.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64, ctypes.c_void_p]
-    assert halve(None, None, 7, None) == 1
-    assert lib.last_error() == ("halve: result 0 dimension 0 is n/2 with n = 7, not a "
-                                "non-negative integer")
+    assert halve(None, None, 7, None) == 2        # TILEC_ERR_CHECK: the slice's bound
+    assert re.fullmatch(r"programs\.tile:\d+:14: slice bound 'n/2' \(n of 'x'\) is not an "
+                        r"integer \(n = 7\)", lib.last_error())
     assert halve(None, None, 1 << 62, None) == 1
     assert lib.last_error() == "halve: argument 'x' has too many elements"
     with pytest.raises(ValueError, match=r"halve: result 0 dimension 0 is n/2 = 7/2, not a "
