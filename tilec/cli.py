@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .diagnostics import TilecError, default_sink, register_source
+from .diagnostics import DiagnosticSink, TilecError, default_sink, register_source
 from .cache import Store
 from .codegen import registry
 from .codegen.common.backend import Output, PartialBuild
@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             emit=args.emit, **_build_options(args),
             pass_pipeline=args.pass_pipeline, print_ir_after_all=args.print_ir_after_all,
             print_ir_after=tuple(args.print_ir_after), time_passes=args.time_passes,
-            verify_each=args.verify_each, debug_info=args.debug_info, remarks=args.verbose)
+            verify_each=args.verify_each, debug_info=args.debug_info)
         text = read_source(args.file)
         stage = registry.stage_of(options.target, options.emit)
         kind = Output.TEXT if stage is None else stage.output
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = Path(args.file).stem + stage.suffix
         name = Path(output or args.file).stem
         try:
-            built = build(text, args.file, options, default_sink(), name,
+            built = build(text, args.file, options, DiagnosticSink(sys.stderr, args.verbose), name,
                           use_cache=not args.no_cache,
                           record_stages=args.dump_dir is not None or args.verbose)
         except PartialBuild as partial:

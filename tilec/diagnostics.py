@@ -76,6 +76,7 @@ class Diagnostic:
     message: str
     span: Span | None = None
     notes: list["Diagnostic"] = field(default_factory=list)
+    remark: bool = False  # why an optimisation did not happen: shown only where asked (--verbose)
 
     def render(self) -> str:
         head = f"{self.span}: " if self.span else "tilec: "
@@ -124,14 +125,23 @@ class TilecError(Exception):
 class DiagnosticSink:
     """Collects warnings; errors are raised as :class:`TilecError` instead."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, remarks: bool = False) -> None:
         self.stream = stream
+        self.remarks = remarks          # print remarks too (tilec --verbose)
         self.warnings: list[Diagnostic] = []
 
     def warn(self, message: str, span: Span | None = None) -> None:
         diag = Diagnostic("warning", message, span)
         self.warnings.append(diag)
         if self.stream is not None:
+            print(diag.render(), file=self.stream)
+
+    def remark(self, message: str, span: Span | None = None) -> None:
+        """A warning kept with the others (and in the compile cache) but printed only by a
+        sink that shows remarks, so that asking for them never changes what is compiled."""
+        diag = Diagnostic("warning", message, span, remark=True)
+        self.warnings.append(diag)
+        if self.stream is not None and self.remarks:
             print(diag.render(), file=self.stream)
 
 

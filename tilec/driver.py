@@ -53,7 +53,6 @@ class CompileOptions:
     arch: str = ""                        # "" = the target's backend's default
     test_break: str = ""                  # a function whose library output is perturbed (tests)
     gemm_tile: str = ""                   # MxNxK: every matmul kernel's tile (tile-kernel's gemm)
-    remarks: bool = False                 # warn why a near-miss attention did not fuse (--verbose)
 
     def sema(self) -> SemaOptions:
         from .frontend.sema import Options
@@ -291,7 +290,8 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
         meta = entry.meta
         register_source(file, text)
         for warning in meta["warnings"]:
-            sink.warn(warning["message"], warning["span"] and Span.from_json(warning["span"]))
+            report = sink.remark if warning.get("remark") else sink.warn
+            report(warning["message"], warning["span"] and Span.from_json(warning["span"]))
         outputs = meta["outputs"]
         return Build({suffix: entry.files[path] for suffix, path in outputs.items()},
                      {stage: entry.files[path].decode() for stage, path in
@@ -305,8 +305,8 @@ def build(text: str, file: str, options: CompileOptions, sink: DiagnosticSink, n
     stage_paths = {stage: f"stages/{stage}.txt" for stage in stages}
     meta = {"file": file, "emit": options.emit, "target": options.target,
             "outputs": outputs, "stages": stage_paths,
-            "warnings": [{"message": w.message, "span": w.span and w.span.to_json()}
-                         for w in warnings]}
+            "warnings": [{"message": w.message, "span": w.span and w.span.to_json(),
+                          "remark": w.remark} for w in warnings]}
     stored = {**{outputs[s]: data for s, data in files.items()},
               **{stage_paths[s]: text.encode() for s, text in stages.items()}}
     entry_path = store.publish(key, stored, meta)
@@ -368,8 +368,7 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         description = backend_of(options.target).description
         steps = with_options(steps, "tile-fuse", weight_views=description.weight_views,
                              weight_view_types=" ".join(sorted(description.weight_view_types)))
-        steps = with_options(steps, "tile-attention", enabled=description.attention,
-                             remarks=options.remarks)
+        steps = with_options(steps, "tile-attention", enabled=description.attention)
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

@@ -129,8 +129,7 @@ def _plan(source: str, target: str = "cpu", sink: DiagnosticSink | None = None) 
     and attention record ({} where it has none)."""
     plan = {}
     with make_context():
-        module = kernel_module(source, "attention.tile", CompileOptions(target=target,
-                                                                        remarks=True),
+        module = kernel_module(source, "attention.tile", CompileOptions(target=target),
                                sink or DiagnosticSink())
         functions = {ir.StringAttr(op.attributes["sym_name"]).value: op
                      for op in module.body.operations}
@@ -174,6 +173,22 @@ def test_a_near_miss_stays_unfused_correct_and_says_why():
     want = run(reference(NEAR_MISS), "probabilities_too", q, k, v)
     for g, w in zip(got, want):
         assert_close(g, w, w.dtype)
+
+
+def test_remarks_show_with_verbose_only_and_never_change_the_cache_key(tmp_path, capsys):
+    """--verbose shows why a near-miss did not fuse, from a fresh compile or a cached one;
+    without it nothing is printed; and asking for remarks is no new compile (one key)."""
+    from tilec.cli import main
+
+    path = tmp_path / "near.tile"
+    path.write_text(NEAR_MISS)
+    why = "warning: attention not fused: the softmax is read by more than one op"
+    for verbose, hit in ((False, "miss"), (True, "hit"), (True, "hit")):
+        args = [str(path), "--emit=opt", "-o", str(tmp_path / "near.opt")]
+        assert main(args + ["--verbose"] * verbose) == 0
+        err = capsys.readouterr().err
+        assert (why in err) == verbose, err
+        assert verbose <= (f"compile cache {hit}" in err), err
 
 
 def test_ascend_sim_runs_the_unfused_kernels():

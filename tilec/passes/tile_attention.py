@@ -20,8 +20,8 @@ The pattern, from the second matmul ``M2 = P @ V`` back:
   argument-made value or a broadcast of one;
 - an element-wise epilogue of ``M2`` read by nothing else joins too.
 
-A softmax of a matmul that misses the pattern is left to tile-fuse; with the option
-``remarks``, the pass warns why, at the softmax (what ``tilec --verbose`` shows).  ``causal``
+A softmax of a matmul that misses the pattern is left to tile-fuse; the pass says why, at the
+softmax, as a remark (a warning ``tilec --verbose`` shows).  ``causal``
 is true where a ``where`` mask is ``iota(axis=-1) <= iota(axis=-2, start=t - s)`` (or ``<``,
 ``>=``, ``>`` spelled either way), so the CPU skips key blocks above the diagonal.
 """
@@ -46,8 +46,6 @@ class AttentionOptions:
     # the driver sets it from the target description's ``attention``: the targets without a
     # blocked attention kernel run the unfused kernels
     enabled: bool = True
-    # warn, at the softmax, why a softmax of a matmul did not become attention
-    remarks: bool = False
 
 
 class NearMiss(Exception):
@@ -70,8 +68,7 @@ def attention(module: ir.Module, pc: PassContext) -> None:
             try:
                 members = _match(inner.operation)
             except NearMiss as why:
-                if pc.options.remarks:
-                    pc.sink.warn(f"attention not fused: {why}", span_of(inner.location))
+                pc.sink.remark(f"attention not fused: {why}", span_of(inner.location))
                 continue
             if members is None:
                 continue
