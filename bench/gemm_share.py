@@ -26,20 +26,15 @@ from typing import Any, Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tilec  # noqa: E402
-from tilec.bench.gemm import DTYPES, SOURCE, Peers, amx_line, peak_gflops  # noqa: E402
+from tilec.bench.gemm import (DTYPES, SOURCE, Peers, amx_line, best,  # noqa: E402
+                              peak_gflops, time_fused)
 
 SHAPES = ((2048, 2048, 2048), (2048, 4096, 4096), (16, 4096, 4096))
 QUICK = ((64, 64, 64),)
 
 
 def cpu_best(call: Callable[[], Any], repeat: int) -> float:
-    call()
-    times = []
-    for _ in range(repeat):
-        start = time.thread_time()
-        call()
-        times.append(time.thread_time() - start)
-    return min(times)
+    return best(call, repeat, time.thread_time)
 
 
 def matmul_row(lib: Any, peers: Peers, m: int, n: int, k: int, dtype: str,
@@ -61,25 +56,6 @@ def matmul_row(lib: Any, peers: Peers, m: int, n: int, k: int, dtype: str,
             fx, fw = tx.float(), tw.float()
             fo = torch.empty((m, n), dtype=torch.float32)
             got["torch f32"] = cpu_best(lambda: torch.matmul(fx, fw, out=fo), repeat)
-    return got
-
-
-def fused_row(lib: Any, peers: Peers, m: int, n: int, k: int,
-              repeat: int) -> dict[str, float]:
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((n, k), dtype=np.float32) * 0.05
-    b = rng.standard_normal(n, dtype=np.float32)
-    out = np.empty((m, n), np.float32)
-    got = {"tilec": cpu_best(lambda: lib.linear_gelu(x, w, b, out=out), repeat),
-           "tilec bare": cpu_best(lambda: lib.linear(x, w, out=out), repeat)}
-    if peers.torch is not None:
-        torch, f = peers.torch, peers.torch.nn.functional
-        tx, tw, tb, to = (peers.tensor(a) for a in (x, w, b, out))
-        got["torch"] = cpu_best(lambda: to.copy_(f.gelu(f.linear(tx, tw, tb))), repeat)
-        fused = peers.fused()
-        with torch.no_grad():
-            got["compile"] = cpu_best(lambda: to.copy_(fused(tx, tw, tb)), repeat)
     return got
 
 
@@ -114,7 +90,8 @@ def main() -> int:
                   f"{100 * rate / peak:.0f}% | {cell(got, 'torch')} | {cell(got, 'torch f32')} "
                   f"| {cell(got, 'numpy')} |", flush=True)
     m, n, k = shapes[0] if args.quick else (2048, 4096, 4096)
-    got = fused_row(lib, peers, m, n, k, args.repeat)
+    got = time_fused(lib, peers, m, n, k, args.repeat, np.random.default_rng(1),
+                     time.thread_time)
     print(f"\n`gelu(x @ transpose(w) + b)`, M = {m}, N = {n}, K = {k}, float32: tilec "
           f"{got['tilec'] * 1e3:.3g} CPU ms, the bare `x @ transpose(w)` "
           f"{got['tilec bare'] * 1e3:.3g} (the epilogue adds "
