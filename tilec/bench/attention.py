@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
 
 import tilec
+
+from .gemm import best, copy_gbps
 
 SOURCE = """
 func causal__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
@@ -54,21 +55,6 @@ def cases(long: bool, quick: bool) -> list[Case]:
     out: list[Case] = [("prefill", n, n, causal, dtype) for n in sizes for causal in (True, False)
                        for dtype in DTYPES]
     return out + [("decode", 1, t, False, dtype) for t in (4096, 32768) for dtype in DTYPES]
-
-
-def best(run: Callable[[], Any], repeat: int) -> float:
-    run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def copy_gbps(nbytes: int, repeat: int) -> float:
-    src, dst = np.ones(nbytes // 4, np.float32), np.zeros(nbytes // 4, np.float32)
-    return 2 * src.nbytes / best(lambda: np.copyto(dst, src), repeat) / 1e9
 
 
 def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator) -> dict:
