@@ -7,7 +7,12 @@ seed: 100 programs on ``cpu`` and 20 on ``ascend-sim`` (about 70 s of CPU time);
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +235,47 @@ def test_fuzz_smoke_ascend_sim(request: pytest.FixtureRequest) -> None:
     count = 200 if request.config.getoption("--fuzz-long") else 20
     summary = fuzz(count, SMOKE_SEED, ["ascend-sim"])
     assert summary.ok, "\n".join(summary.lines() + [f.program for f in summary.unique.values()])
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    found = []
+    for task in tasks.iterdir() if tasks.exists() else []:
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_ctrl_c_stops_a_parallel_run_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the run stops at once with status 130 and
+    its summary, and the pool's workers neither print tracebacks nor outlive it."""
+    run = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tilec.cli import main; sys.exit(main())", "fuzz",
+         "--count", "1000", "--seed", "3", "--jobs", "2", "--target", "cpu"], cwd=tmp_path,
+        start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while len(_children(run.pid)) < 3 and time.monotonic() < deadline:   # 2 workers, a tracker
+        time.sleep(0.2)
+    time.sleep(3)                       # the workers are importing tilec or running programs
+    workers = _children(run.pid)
+    for worker in workers:              # what reaches them first must not kill them
+        os.kill(worker, signal.SIGINT)
+    time.sleep(1)
+    assert run.poll() is None
+    os.killpg(run.pid, signal.SIGINT)
+    try:
+        out, _ = run.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        pytest.fail("tilec fuzz --jobs 2 did not stop within 30 s of Ctrl-C")
+    assert run.returncode == 130, out
+    assert "(interrupted)" in out and "Traceback" not in out, out
+    time.sleep(1)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()
+                and "zombie" not in Path(f"/proc/{w}/status").read_text()], out
+
+
+def test_an_empty_interrupted_run_claims_no_coverage() -> None:
+    summary = Summary(interrupted=True)
+    assert not any("every construct" in line for line in summary.lines())

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import queue
 import re
+import signal
 import tempfile
 import time
 from collections import Counter
@@ -136,8 +137,11 @@ class Summary:
         fine = sorted(c for c in self.constructs if ":" in c)
         out.append("  " + "  ".join(f"{c} {100 * self.constructs[c] / n:.1f}" for c in fine))
         missing = self.uncovered()
-        out.append(f"under {COVERAGE:.0%}: {', '.join(missing)}" if missing
-                   else f"every construct in at least {COVERAGE:.0%} of the programs")
+        if not self.count:
+            out.append("no program ran")
+        else:
+            out.append(f"under {COVERAGE:.0%}: {', '.join(missing)}" if missing
+                       else f"every construct in at least {COVERAGE:.0%} of the programs")
         out.append("failures by kind (programs): " + (", ".join(
             f"{k} {v}" for k, v in sorted(self.failed.items())) or "none"))
         out.append(f"distinct failures: {len(self.keys)} (kind, message) pairs, "
@@ -190,7 +194,10 @@ def _records(programs: range, seed: int, targets: list[str], jobs: int,
             yield batch(seed, chunk, targets, summary.keys)
         return
     done: queue.Queue = queue.Queue()
-    pool = multiprocessing.get_context("spawn").Pool(jobs)
+    # Ctrl-C reaches the whole process group: the workers leave it to this process, which
+    # stops them (a worker interrupted itself would die with a traceback and be replaced)
+    pool = multiprocessing.get_context("spawn").Pool(jobs, signal.signal,
+                                                     (signal.SIGINT, signal.SIG_IGN))
     try:
         pending, running = list(reversed(chunks)), 0
         while pending or running:
