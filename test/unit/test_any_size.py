@@ -162,7 +162,7 @@ func h(x: Tensor<float16>[n, m]) -> Tensor<float16>[m, n] {
 @pytest.mark.parametrize("shape", [(1, 1), (1, 70), (70, 1), (17, 33), (300, 129), (64, 1000),
                                    (9, 1030), (520, 23)])
 def test_transposes_walked_in_blocks_are_exact(target: str, opt: int, shape) -> None:
-    """The CPU walks t16 in 32 x 128 blocks, t32 and t3 in 1024 x 256 ones of 8 x 8 squares
+    """The CPU walks t16 in 32 x 128 blocks, t32 and t3 in 1024 x 32 ones of 8 x 8 squares
     (the 3-D one in runs of its grid's last dimension): every size around and across a
     square and a block, and a run shorter than a block."""
     rng = np.random.default_rng(sum(shape))
@@ -174,6 +174,24 @@ def test_transposes_walked_in_blocks_are_exact(target: str, opt: int, shape) -> 
     assert np.array_equal(lib.h(h), h.T)
     x3 = rng.standard_normal((3, *shape)).astype(np.float32)
     assert np.array_equal(lib.t3(x3), x3.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("shape", [(40, 100), (300, 129), (33, 2050)])
+def test_transposes_into_outputs_at_every_phase_of_a_line(shape) -> None:
+    """A block's parts begin where the output's cache lines do: outputs that begin at every
+    element of a line, and the elements around them untouched."""
+    lib = tilec.compile_string(TRANSPOSES, "t.tile", target="cpu")
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    size = shape[0] * shape[1]
+    for dtype, fn, lanes in ((np.float32, lib.t32, 16), (np.float16, lib.h, 32)):
+        source = x.astype(dtype)
+        for phase in range(lanes):
+            space = np.full(size + 64, 7, dtype)
+            start = phase + (-space.ctypes.data // space.itemsize) % lanes
+            out = space[start:start + size].reshape(shape[::-1])
+            fn(source, out=out)
+            assert np.array_equal(out, source.T), (dtype, phase)
+            assert (space[:start] == 7).all() and (space[start + size:] == 7).all()
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (4100, 2050)])

@@ -182,16 +182,16 @@ def layout_block(body_ops: Sequence[str], rows_out: Sequence[TensorInfo], grid: 
     only whose one output row is one axis, and whose rows read across the grid (a transpose
     that moves the last axis): each row then reads its elements from as many cache lines,
     and the next rows read the rest of those lines.  A block is as many rows as an input
-    line holds by BLOCK_LINES output lines of elements, or, for a kernel that only moves
-    data, MOVE_BLOCK_LINES (lines of ``TargetDesc.block_bytes``; 0: the target's backend
-    walks rows one at a time)."""
+    line holds by BLOCK_LINES output lines of elements (lines of ``TargetDesc.block_bytes``;
+    0: the target's backend walks rows one at a time), or, for a kernel that only moves
+    data, MOVE_BLOCK_LINES lines of rows by MOVE_STREAMS elements."""
     if not target.block_bytes or not grid or not reads_across or len(rows_out) != 1:
         return (0, 0)
     if len(rows_out[0].shape) != 1 or set(body_ops) & ROW_BOUND_OPS:
         return (0, 0)
     line = target.block_bytes // ELEMENT_BYTES[rows_out[0].dtype]
     if set(body_ops) <= MOVE_OPS:
-        return (MOVE_BLOCK_LINES[0] * line, MOVE_BLOCK_LINES[1] * line)
+        return (MOVE_BLOCK_LINES * line, MOVE_STREAMS)
     return (line, BLOCK_LINES * line)
 
 
@@ -200,11 +200,13 @@ def layout_block(body_ops: Sequence[str], rows_out: Sequence[TensorInfo], grid: 
 BLOCK_LINES = 4
 
 # a kernel that only moves data (which the CPU moves in squares of registers, a few lines
-# of every row at a time): blocks of rows that read a page of each input row, by elements
-# that fill this many lines of each output row, so that a block's pages are few enough for
-# the TLB and its lines for L2
+# of every row at a time): blocks of rows that read a page of each input row, by as many
+# elements as the L2 streamer follows streams (it tracks 32 pages at a time): then each of
+# the block's input rows is read forwards line after line, prefetched by the hardware,
+# while its output lines are each written whole (with more, the reads wait on memory)
 MOVE_OPS = frozenset({"tile.load_row", "tile.transpose", "tile.store_row"})
-MOVE_BLOCK_LINES = (64, 16)
+MOVE_BLOCK_LINES = 64
+MOVE_STREAMS = 32
 
 
 # ops whose row is computed as a whole (or read twice): a block of a row would redo them

@@ -423,19 +423,31 @@ class _Kernel(RowLowering):
         length = self.dim(tensor_info(store.operands[0].type).shape[0])
         blocks = scf.ForOp(row_begin.value, row_end.value, rows.value)
         self.entry = ir.InsertionPoint(blocks.operation)
+        with self.entry:
+            start = self.line_phase() - elements
         with ir.InsertionPoint(blocks.body):
             first = Num(blocks.induction_variable)
             last = (first + rows).minimum(row_end)
-            parts = scf.ForOp(const(index(), 0).value, length.value, elements.value)
+            parts = scf.ForOp(start.value, length.value, elements.value)
             with ir.InsertionPoint(parts.body):
                 lo = Num(parts.induction_variable)
-                span = (lo, (lo + elements).minimum(length))
+                span = (lo.maximum(const(index(), 0)), (lo + elements).minimum(length))
                 if self.square:
                     self._square_part(first, last, span, extents)
                 else:
                     self._rows_of_block(first, last, span, extents)
                 scf.YieldOp([])
             scf.YieldOp([])
+
+    def line_phase(self) -> Num:
+        """Elements from the output's first element to its next cache line: a block's parts
+        begin there (the first part holds the elements before it), so that a part of whole
+        lines is stored in strips, not element by element at its edges, when the rows begin
+        where the first does (NumPy's big arrays begin 16 bytes past a page).  A blocked
+        kernel has one output (:func:`~tilec.tiling.tiler.layout_block`)."""
+        element = ELEMENT_BYTES[self.outputs[0].dtype]
+        base = Num(memref.extract_aligned_pointer_as_index(self.out_buffers[0]))
+        return ((0 - base) & (CACHE_LINE_BYTES - 1)) // element
 
     def _rows_of_block(self, first: Num, last: Num, span: tuple[Num, Num],
                        extents: list[Num]) -> None:
