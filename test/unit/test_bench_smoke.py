@@ -24,7 +24,7 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     done = subprocess.run([sys.executable, "-c", "import sys; from tilec.cli import main; "
                            "sys.exit(main())", "bench", "--quick", "--no-torch",
                            "-o", str(tmp / "cpu.md")],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout, (tmp / "cpu.md").read_text()
 
