@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..diagnostics import TilecError
-from ..dialect import FUSED_ATTR, KERNEL_ATTR
+from ..dialect import BUFFERS_ATTR, FUSED_ATTR, KERNEL_ATTR, REUSE_ATTR
 from ..dialect.locations import span_of
 from ..dialect.walk import nested_ops
 from ..dialect.types import TensorInfo, stored_dtype, tensor_info
@@ -315,6 +315,58 @@ def _passed_between_kernels(fn: Any) -> list[tuple[Any, int]]:
     return found
 
 
+def split_returned(fn: Any, kernels: list[Any]) -> None:
+    """A float16/bfloat16 kernel result that ``fn`` returns and other kernels read: the
+    ``return`` rounds it, the readers must not see it rounded (language.md: a value one kernel
+    stores for another keeps at least float32 precision).  The kernel returns it twice, the
+    second time for the readers alone, which :func:`widen` then stores as float32."""
+    by_name = {ir.StringAttr(k.attributes["sym_name"]).value: k for k in kernels}
+    fresh = 1 + max((b for k in kernels for b in _fused_array(k, BUFFERS_ATTR)), default=-1)
+    calls = [op for op in fn.regions[0].blocks[0].operations if op.operation.name == "func.call"
+             and _callee(op) in by_name]
+    for call in calls:
+        twice = [j for j, r in enumerate(call.results)
+                 if stored_dtype(tensor_info(r.type).dtype) != tensor_info(r.type).dtype
+                 and {u.owner.name for u in r.uses} >= {"func.return", "func.call"}]
+        if not twice:
+            continue
+        kernel = by_name[_callee(call)]
+        ret = list(kernel.regions[0].blocks[0].operations)[-1]
+        with ret.location, ir.InsertionPoint(ret):
+            func.ReturnOp([*ret.operands, *(ret.operands[j] for j in twice)])
+        ret.erase()
+        _retype(kernel)
+        if FUSED_ATTR in kernel.attributes:   # the new output: a buffer of its own
+            numbers = list(range(fresh, fresh + len(twice)))
+            fresh += len(twice)
+            _set_fused_arrays(kernel, {BUFFERS_ATTR: _fused_array(kernel, BUFFERS_ATTR) + numbers,
+                                       REUSE_ATTR: _fused_array(kernel, REUSE_ATTR)
+                                       + [-1] * len(twice)})
+        with call.location, ir.InsertionPoint(call):
+            types = [r.type for r in call.results]
+            split = func.CallOp([*types, *(types[j] for j in twice)], _callee(call),
+                                list(call.operands))
+        for old, new in zip(call.results, split.results):
+            old.replace_all_uses_with(new)
+        for n, j in enumerate(twice, start=len(types)):
+            for use in [u for u in split.results[j].uses if u.owner.name == "func.call"]:
+                use.owner.operands[use.operand_number] = split.results[n]
+        call.erase()
+
+
+def _fused_array(kernel: Any, name: str) -> list[int]:
+    if FUSED_ATTR not in kernel.attributes:
+        return []
+    return [int(x) for x in ir.DenseI64ArrayAttr(ir.DictAttr(kernel.attributes[FUSED_ATTR])[name])]
+
+
+def _set_fused_arrays(kernel: Any, arrays: dict[str, list[int]]) -> None:
+    fused = ir.DictAttr(kernel.attributes[FUSED_ATTR])
+    entries = {fused[i].name: fused[i].attr for i in range(len(fused))}
+    entries.update({k: ir.DenseI64ArrayAttr.get(v) for k, v in arrays.items()})
+    kernel.attributes[FUSED_ATTR] = ir.DictAttr.get(entries)
+
+
 def widened(fn: Any) -> dict[str, Widened]:
     """Kernel name -> its arguments and results that pass a float16/bfloat16 value between
     kernels of ``fn``: language.md's numerical contract keeps such a value in at least
@@ -396,6 +448,7 @@ def tile_kernel(module: ir.Module, pc: PassContext) -> None:
         kernels = outline(fn)
         if not kernels and (every or FUSED_ATTR in fn.attributes):
             kernels = [fn]
+        split_returned(fn, kernels)
         wide = widened(fn)
         for kernel in kernels:
             kernelize(kernel, TARGETS[target_name],
