@@ -4,7 +4,8 @@ float32 result, a Linear weight ``[N, K]`` read in place, a batched B with two r
 read one GELU: recomputed per element, never copied to shared memory) lowers to mma.sync
 m16n8k16, ldmatrix and cp.async, ptxas assembles it for sm_80 and sm_90 with no spills and
 within the arch's shared memory, and the host launches it with 256 threads; a float32 matmul
-keeps the element-per-thread lowering.  Whether the results are right is
+runs register tiles of FFMA (ffma.py) through the same stages and epilogue, no
+spills either.  Whether the results are right is
 bench/gpu_check.py's job."""
 from __future__ import annotations
 
@@ -107,9 +108,45 @@ def test_gemm_launch_fits_the_arch(arch: str) -> None:
         assert kernel.shared.value <= SHARED_LIMIT[arch]
 
 
-def test_float32_matmul_keeps_one_element_per_thread() -> None:
-    source = ("func f(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] {\n"
-              "  return x @ w;\n}\n")
-    kernels, gemms = compiled(source, "sm_90")
-    assert list(gemms) == ["f__k0"]
-    assert "mma.sync" not in kernels.ptx and "fma.rn.f32" in kernels.ptx
+F32_GEMMS = """
+func linear_gelu32(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n], b: Tensor<f32>[n]) -> Tensor<f32>[m, n] {
+  return gelu(x @ w + b);
+}
+
+func linear32(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k]) -> Tensor<f32>[m, n] {
+  return x @ transpose(w, [1, 0]);
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_float32_matmul_runs_ffma_register_tiles_without_spills(arch: str) -> None:
+    """float32 never reaches the tensor cores (TF32 would break the float32 contract): each
+    thread's 8 x 8 tile of FFMA reads 16-byte vectors of the cp.async-filled stages (two
+    K-step groups of 8 rows of A and 8 columns of B per 4 steps), 64 FMAs a step."""
+    kernels, gemms = compiled(F32_GEMMS, arch)
+    bodies = entries(kernels.ptx)
+    assert sorted(gemms.values()) == ["linear32", "linear_gelu32"]
+    for kernel in gemms:
+        body = bodies[kernel]
+        assert "mma.sync" not in body and "ldmatrix" not in body
+        assert "cp.async.cg.shared.global" in body and "cp.async.wait_group" in body
+        assert body.count("ld.shared.v4.b32") >= 16 * (32 // 4)
+        assert body.count("fma.rn.f32") >= 64 * 32
+        assert ".maxntid 256, 1, 1" in body
+    reports = {r.name: r for r in kernels.reports()}
+    for name in gemms:
+        assert (reports[name].spill_stores, reports[name].spill_loads) == (0, 0), reports[name]
+
+
+def test_float32_matmul_stages_fit_the_arch() -> None:
+    """Three stages of float32 blocks, rows padded by 16 bytes: A 128 x 36, B 32 x 132 (a
+    weight [N, K]: 128 x 36)."""
+    kernels, gemms = compiled(F32_GEMMS, "sm_80")
+    for kernel in kernels.kernels:
+        if kernel.name not in gemms:
+            continue
+        assert kernel.row_elements.value == 8 * THREADS
+        b_block = 128 * 36 if gemms[kernel.name] == "linear32" else 32 * 132
+        stages = 3 * (128 * 36 + b_block) * 4
+        assert stages <= kernel.shared.value <= stages + 2 * 16 <= SHARED_LIMIT["sm_80"]

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ...dialect import FUSED_ATTR, REUSE_ATTR
+from ...dialect import ELEMENT_BYTES, FUSED_ATTR, REUSE_ATTR
 from ...dialect.types import tensor_info
 from ...dims import Dim
 from ...mlir import gpu, ir, llvm, nvvm, scf
@@ -47,7 +47,7 @@ from .kernel import SharedBuffer, _gep, _Lowering, _ptr
 
 THREADS = 256
 WARPS_M, WARPS_N = 2, 4
-PAD = 8                      # elements of padding per shared row
+COPY_BYTES = 16              # one cp.async, and the padding of every shared row
 CHUNK = 8                    # 16-bit elements per 16-byte copy
 OPERAND_TYPES = {"float16": "f16", "bfloat16": "bf16"}
 
@@ -60,16 +60,24 @@ def LDMATRIX_B16() -> ir.Attribute:
     return ir.Attribute.parse("#nvvm.ld_st_matrix_elt_type<b16>")
 
 
-def supported(fn: Any, tile: Optional[GemmTile]) -> bool:
-    """Whether kernel ``fn`` with schedule ``tile`` runs on the tensor cores here."""
+def operand_type(fn: Any, tile: Optional[GemmTile]) -> Optional[str]:
+    """The element type of both operands of kernel ``fn`` when a tiled kernel may read
+    them (the same, ranked, and no output taking their buffers), else None."""
     if tile is None:
-        return False
+        return None
     infos = [tensor_info(t) for t in fn.type.inputs]
     a, b = infos[tile.lhs], infos[tile.rhs]
-    if a.dtype != b.dtype or a.dtype not in OPERAND_TYPES or a.rank_generic:
-        return False
+    if a.dtype != b.dtype or a.rank_generic:
+        return None
     if {tile.lhs, tile.rhs} & _reused(fn):
-        return False                    # a block's stores would overwrite others' operands
+        return None                     # a block's stores would overwrite others' operands
+    return a.dtype
+
+
+def supported(fn: Any, tile: Optional[GemmTile]) -> bool:
+    """Whether kernel ``fn`` with schedule ``tile`` runs on the tensor cores here."""
+    if tile is None or operand_type(fn, tile) not in OPERAND_TYPES:
+        return False
     warp_m, warp_n = tile.tile_m // WARPS_M, tile.tile_n // WARPS_N
     chunks = [tile.tile_m * tile.block_k // CHUNK, tile.tile_n * tile.block_k // CHUNK]
     return (warp_m % 16 == 0 and warp_n % 16 == 0 and tile.block_k % 16 == 0
@@ -87,19 +95,20 @@ def _reused(fn: Any) -> set[int]:
 
 @dataclass(frozen=True)
 class _Operand:
-    """How one operand block sits in shared memory: ``rows x cols`` stored (row-major,
-    ``cols + PAD`` apart), one stage every ``stage_bytes``."""
+    """How one operand block sits in shared memory: ``rows x cols`` elements of ``element``
+    bytes stored (row-major, ``cols`` and 16 bytes apart), one stage every ``stage_bytes``."""
 
     rows: int
     cols: int
+    element: int = 2
 
     @property
     def pitch(self) -> int:
-        return self.cols + PAD
+        return self.cols + COPY_BYTES // self.element
 
     @property
     def stage_bytes(self) -> int:
-        return self.rows * self.pitch * 2
+        return self.rows * self.pitch * self.element
 
 
 class GemmLowering(_Lowering):
@@ -108,10 +117,13 @@ class GemmLowering(_Lowering):
     def __init__(self, fn: Any, tile: GemmTile) -> None:
         super().__init__(fn)
         self.tile = tile
-        self.kind = OPERAND_TYPES[self.inputs[tile.lhs].dtype]
-        self.a_block = _Operand(tile.tile_m, tile.block_k)
-        self.b_block = _Operand(tile.tile_n, tile.block_k) if tile.transpose_b \
-            else _Operand(tile.block_k, tile.tile_n)
+        self.kind = OPERAND_TYPES.get(self.inputs[tile.lhs].dtype, "f32")
+        self.element = ELEMENT_BYTES[self.inputs[tile.lhs].dtype]
+        self.chunk = COPY_BYTES // self.element         # elements per copy
+        e = self.element
+        self.a_block = _Operand(tile.tile_m, tile.block_k, e)
+        self.b_block = _Operand(tile.tile_n, tile.block_k, e) if tile.transpose_b \
+            else _Operand(tile.block_k, tile.tile_n, e)
         self.acc_value: Optional[Num] = None
         self.column: Optional[Num] = None
 
@@ -170,7 +182,7 @@ class GemmLowering(_Lowering):
 
     def _aligned_rows(self, buffer: ir.Value, row: Num) -> Num:
         address = to_int(Num(llvm.ptrtoint(ir.IntegerType.get_signless(64), buffer)), index())
-        return (address % 16).eq(0) & (row % CHUNK).eq(0)
+        return (address % COPY_BYTES).eq(0) & (row % self.chunk).eq(0)
 
     # -- one output tile -----------------------------------------------------------------------
     def _tile(self, t: Num) -> None:
@@ -190,7 +202,7 @@ class GemmLowering(_Lowering):
         blocks = (self.k + (t.block_k - 1)) // t.block_k
         for s in range(t.stages - 1):
             self._load_stage(const(index(), s), blocks)
-        count = (t.tile_m // WARPS_M // 16) * (t.tile_n // WARPS_N // 8) * 4
+        count = self._accumulators()
         zero = const(ir.F32Type.get(), 0.0)
         loop = scf.ForOp(const(index(), 0).value, blocks.value, const(index(), 1).value,
                          [zero.value] * count)
@@ -203,6 +215,11 @@ class GemmLowering(_Lowering):
             scf.YieldOp([v.value for v in acc])
         nvvm.cp_async_wait_group(0)
         return [Num(r) for r in loop.results]
+
+    def _accumulators(self) -> int:
+        """float32 accumulators per thread."""
+        t = self.tile
+        return (t.tile_m // WARPS_M // 16) * (t.tile_n // WARPS_N // 8) * MMA_C.elements
 
     # -- global -> shared ----------------------------------------------------------------------
     def _load_stage(self, kb: Num, blocks: Num) -> None:
@@ -220,7 +237,7 @@ class GemmLowering(_Lowering):
     def _a_chunk(self, k0: Num):
         """(row, chunk) of A's block -> (element offset in A, elements inside)."""
         def place(row: Num, chunk: Num) -> tuple[Num, Num]:
-            m, k = self.row0 + row, k0 + chunk * CHUNK
+            m, k = self.row0 + row, k0 + chunk * self.chunk
             first = (self.batch * self.m + m) * self.k + k
             return first, select(m.lt(self.m), self.k - k, const(index(), 0))
         return place
@@ -232,26 +249,27 @@ class GemmLowering(_Lowering):
 
         def place(row: Num, chunk: Num) -> tuple[Num, Num]:
             if t.transpose_b:                       # stored [N, K]: row n, chunk along k
-                n, k = self.col0 + row, k0 + chunk * CHUNK
+                n, k = self.col0 + row, k0 + chunk * self.chunk
                 return base + n * self.k + k, select(n.lt(self.n), self.k - k,
                                                      const(index(), 0))
-            k, n = k0 + row, self.col0 + chunk * CHUNK     # stored [K, N]
+            k, n = k0 + row, self.col0 + chunk * self.chunk     # stored [K, N]
             return base + k * self.n + n, select(k.lt(self.k), self.n - n, const(index(), 0))
         return place
 
     def _load_operand(self, block: _Operand, shared: ir.Value, stage: Num, place) -> None:
-        per_row = block.cols // CHUNK
+        per_row = block.cols // self.chunk
         source = self.arg_buffers[self.tile.lhs if shared is self.a_shared else self.tile.rhs]
         for c in range(block.rows * per_row // THREADS):
             flat = self.tid + c * THREADS
             row, chunk = flat // per_row, flat % per_row
             first, count = place(row, chunk)
             count = select(count.lt(0), const(index(), 0), count)
-            count = select(count.gt(CHUNK), const(index(), CHUNK), count)
-            offset = stage * block.stage_bytes + (row * block.pitch + chunk * CHUNK) * 2
+            count = select(count.gt(self.chunk), const(index(), self.chunk), count)
+            offset = stage * block.stage_bytes + (row * block.pitch + chunk * self.chunk) \
+                * self.element
             dest = _gep(shared, offset, ir.IntegerType.get_signless(8))
             first = select(count.gt(0), first, const(index(), 0))
-            src = _gep(source, first, ir.IntegerType.get_signless(16))
+            src = _gep(source, first, ir.IntegerType.get_signless(8 * self.element))
             self._copy_chunk(dest, src, count)
 
     def _copy_chunk(self, dest: ir.Value, src: ir.Value, count: Num) -> None:
@@ -259,14 +277,14 @@ class GemmLowering(_Lowering):
         zero: by cp.async when the operands' rows are aligned, else element by element."""
         branch = scf.IfOp(self.aligned.value, [], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            nbytes = to_int(count * 2, i32())
+            nbytes = to_int(count * self.element, i32())
             nvvm.CpAsyncOp(dest, src, 16, ir.Attribute.parse("#nvvm<load_cache_modifier cg>"),
                            cpSize=nbytes.value)
             scf.YieldOp([])
         with ir.InsertionPoint(branch.else_block):
-            h = ir.IntegerType.get_signless(16)
-            vector = llvm.mlir_poison(ir.VectorType.get([CHUNK], h))
-            for e in range(CHUNK):
+            h = ir.IntegerType.get_signless(8 * self.element)
+            vector = llvm.mlir_poison(ir.VectorType.get([self.chunk], h))
+            for e in range(self.chunk):
                 inside = count.gt(e)      # read element 0 (always there) in place of others
                 at = _gep(src, select(inside, const(index(), e), const(index(), 0)), h)
                 value = select(inside, Num(llvm.load(h, at)), const(h, 0))

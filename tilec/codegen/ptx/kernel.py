@@ -659,11 +659,16 @@ def is_ptx_kernel(op: Any) -> bool:
 
 
 def _lowering(fn: Any) -> _Lowering:
-    """The tensor-core GEMM for a ``gemm`` kernel it supports (:mod:`.gemm`), else rows."""
-    from .gemm import GemmLowering, supported
+    """The tensor-core GEMM for a ``gemm`` kernel it supports (:mod:`.gemm`), the FFMA
+    register tiles for a float32 one (:mod:`.ffma`), else rows."""
+    from . import ffma, gemm
 
     tile = TileParams.of(fn.attributes[KERNEL_ATTR]).gemm
-    return GemmLowering(fn, tile) if tile is not None and supported(fn, tile) else _Lowering(fn)
+    if tile is not None and gemm.supported(fn, tile):
+        return gemm.GemmLowering(fn, tile)
+    if tile is not None and ffma.supported(fn, tile):
+        return ffma.FfmaGemmLowering(fn, tile)
+    return _Lowering(fn)
 
 
 def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
