@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilec.codegen.ptx.fragments import (MMA_A, MMA_B, MMA_C, WARP, Source, affine,
+from tilec.codegen.ptx.fragments import (MMA_A, MMA_B, MMA_C, WARP, Held, Source, affine,
+                                         accumulator_as_operand,
                                          ldmatrix_address_row, ldmatrix_element,
                                          ldmatrix_origins)
 
@@ -134,3 +135,30 @@ def test_affine_forms_reproduce_the_tables() -> None:
                 assert [form(lane) for lane in range(WARP)] == \
                     [fragment.at(lane, i)[axis] for lane in range(WARP)]
     assert affine(MMA_C, 3, 0).constant == 8 and affine(MMA_C, 3, 1).per_thread == 2
+
+
+def test_two_accumulator_tiles_are_the_a_operand_of_the_next_mma() -> None:
+    """FlashAttention-2's register reuse, from the documented formulas alone: in every lane,
+    A's a0..a7 of an m16k16 block are c0, c1, c2, c3 of the n8 tile of its columns 0..7,
+    then c0..c3 of the tile of columns 8..15 (doc_a, doc_c above)."""
+    expected = []
+    for i in range(8):
+        row, col = doc_a(0, i)
+        tile, inner = divmod(col, 8)
+        element = next(e for e in range(4) if doc_c(0, e) == (row, inner))
+        expected.append(Held(tile, element))
+    for lane in range(WARP):
+        for i, held in enumerate(expected):
+            row, col = doc_a(lane, i)
+            assert doc_c(lane, held.element) == (row, col - 8 * held.tile), (lane, i)
+    assert accumulator_as_operand(MMA_C, MMA_A) == expected
+    assert [(h.tile, h.element) for h in expected] == [(0, 0), (0, 1), (0, 2), (0, 3),
+                                                        (1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_an_accumulator_held_by_other_lanes_is_refused() -> None:
+    with pytest.raises(ValueError, match="held by lane"):
+        accumulator_as_operand(MMA_C, MMA_B.__class__.of(
+            "transposed A", 16, 16, 8, lambda lane, i: MMA_A.at(lane, i)[::-1]))
+    with pytest.raises(ValueError, match="do not cover"):
+        accumulator_as_operand(MMA_A, MMA_C)

@@ -146,3 +146,39 @@ def affine(fragment: Fragment, element: int, axis: int) -> Affine:
     if any(fitted(lane) != fragment.at(lane, element)[axis] for lane in range(WARP)):
         raise ValueError(f"{fragment.name}: element {element} is not affine in the lane")
     return fitted
+
+
+@dataclass(frozen=True)
+class Held:
+    """Where a lane holds one element: element ``element`` of the accumulator of the n8
+    tile ``tile`` (a row of tiles side by side)."""
+
+    tile: int
+    element: int
+
+
+def accumulator_as_operand(accumulator: Fragment, operand: Fragment) -> list[Held]:
+    """How the accumulators of ``operand.cols / accumulator.cols`` tiles side by side become,
+    in the same lane, the registers of ``operand``: for each element of ``operand``, the tile
+    and element that hold it (FlashAttention's P, the C fragments of ``S = Q K^T`` read as
+    the A fragment of ``P V`` after conversion).  ValueError where another lane holds it
+    (the product would need shuffles)."""
+    tiles = operand.cols // accumulator.cols
+    if accumulator.rows != operand.rows or tiles * accumulator.cols != operand.cols:
+        raise ValueError(f"{accumulator.name} tiles do not cover {operand.name}")
+    held = []
+    for element in range(operand.elements):
+        found = set()
+        for lane in range(WARP):
+            row, col = operand.at(lane, element)
+            tile, col = divmod(col, accumulator.cols)
+            owner, inner = accumulator.owner(row, col)
+            if owner != lane:
+                raise ValueError(f"{operand.name} element {element} of lane {lane} is held by "
+                                 f"lane {owner} in {accumulator.name}")
+            found.add(Held(tile, inner))
+        if len(found) != 1:
+            raise ValueError(f"{operand.name} element {element} is not one accumulator "
+                             "element in every lane")
+        held.append(found.pop())
+    return held
