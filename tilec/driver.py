@@ -368,7 +368,8 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         description = backend_of(options.target).description
         steps = with_options(steps, "tile-fuse", weight_views=description.weight_views,
                              weight_view_types=" ".join(sorted(description.weight_view_types)))
-        steps = with_options(steps, "tile-attention", enabled=description.attention)
+        steps = with_options(steps, "tile-attention", enabled=description.attention,
+                             types=" ".join(sorted(description.attention_types)))
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

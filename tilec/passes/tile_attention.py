@@ -46,6 +46,9 @@ class AttentionOptions:
     # the driver sets it from the target description's ``attention``: the targets without a
     # blocked attention kernel run the unfused kernels
     enabled: bool = True
+    # the operand types the target's fused kernel takes, space-separated (empty: all); the
+    # others run the unfused kernels
+    types: str = ""
 
 
 class NearMiss(Exception):
@@ -71,6 +74,12 @@ def attention(module: ir.Module, pc: PassContext) -> None:
                 pc.sink.remark(f"attention not fused: {why}", span_of(inner.location))
                 continue
             if members is None:
+                continue
+            dtype = tensor_info(members[0].operands[0].type).dtype
+            if pc.options.types and dtype not in pc.options.types.split():
+                pc.sink.remark(f"attention not fused: this target fuses attention of "
+                               f"{' and '.join(pc.options.types.split())} only, not {dtype}",
+                               span_of(inner.location))
                 continue
             for member in members:
                 member.attributes[MARK_ATTR] = t.i64(found)

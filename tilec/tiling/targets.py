@@ -57,6 +57,7 @@ class TargetDesc:
     # blocks with an online softmax (tilec/tiling/attention.py); the others run the unfused
     # kernels (their row lowering of the fused one would hold a row of t scores per query)
     attention: bool = False
+    attention_types: frozenset[str] = frozenset()   # ... of these operand types (empty: all)
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -93,7 +94,10 @@ TARGETS: dict[str, TargetDesc] = {
                       # mma.sync m16n8k16 tiles; cp.async stages of 128 x 32 blocks in shared
                       gemm=GemmDesc(micro=((16, 8),), stages=3, staging="shared",
                                     small_m=0, staged_bytes=2, tile=(128, 128, 32)),
-                      weight_views=True),
+                      weight_views=True,
+                      # FlashAttention-2 on mma.sync (codegen/ptx/attention.py); float32
+                      # attention keeps the unfused kernels
+                      attention=True, attention_types=frozenset({"float16", "bfloat16"})),
 }
 
 

@@ -659,16 +659,26 @@ def is_ptx_kernel(op: Any) -> bool:
 
 
 def _lowering(fn: Any) -> _Lowering:
-    """The tensor-core GEMM for a ``gemm`` kernel it supports (:mod:`.gemm`), the FFMA
-    register tiles for a float32 one (:mod:`.ffma`), else rows."""
-    from . import ffma, gemm
+    """FlashAttention-2 for an ``attention`` kernel it supports (:mod:`.attention`), the
+    tensor-core GEMM for a ``gemm`` kernel it supports (:mod:`.gemm`), the FFMA register
+    tiles for a float32 one (:mod:`.ffma`), else rows."""
+    from . import attention, ffma, gemm
 
-    tile = TileParams.of(fn.attributes[KERNEL_ATTR]).gemm
+    params = TileParams.of(fn.attributes[KERNEL_ATTR])
+    if attention.supported(fn, params.attention):
+        return attention.AttentionLowering(fn, params.attention)
+    tile = params.gemm
     if tile is not None and gemm.supported(fn, tile):
         return gemm.GemmLowering(fn, tile)
     if tile is not None and ffma.supported(fn, tile):
         return ffma.FfmaGemmLowering(fn, tile)
     return _Lowering(fn)
+
+
+def _scores_function(op: Any) -> bool:
+    """Whether ``op`` is the scores function of an attention kernel: the CPU runtime calls
+    its epilogue; the PTX attention kernel applies the chain itself, so it is not built."""
+    return "scores_of" in ir.DictAttr(op.attributes[KERNEL_ATTR])
 
 
 def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
@@ -685,7 +695,7 @@ def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
                           ir.Attribute.parse("#llvm.linkage<external>"), addr_space=3,
                           alignment=VECTOR_BYTES)
         kernels = [_lowering(op).build(body) for op in module.body.operations
-                   if is_ptx_kernel(op)]
+                   if is_ptx_kernel(op) and not _scores_function(op)]
     return out, kernels
 
 

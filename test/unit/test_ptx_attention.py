@@ -1,0 +1,126 @@
+"""The fused attention of the PTX backend (tilec/codegen/ptx/attention.py) without a GPU:
+tile-attention fuses float16/bfloat16 attention for ptx (causal grouped-query, an additive
+bias read from an input, a mask of an input's per-row lengths), each fused kernel lowers to
+FlashAttention-2 on mma.sync m16n8k16 (K by ldmatrix, V by ldmatrix.trans, K/V blocks by
+cp.async, the row statistics by warp shuffles), and ptxas assembles it for sm_80 and sm_90
+with no spills and within the arch's shared memory; float32 attention and a symbolic head
+dimension keep lowerings that ptxas accepts too.  Whether the results are right is
+bench/gpu_check.py's job: none of this has run on a GPU."""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+import tilec.passes  # noqa: F401  (registers the passes)
+from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
+from tilec.codegen.ptx.attention import BLOCK_M, BLOCK_N
+from tilec.codegen.ptx.toolchain import SHARED_LIMIT
+from tilec.diagnostics import DiagnosticSink
+from tilec.dialect import KERNEL_ATTR, make_context
+from tilec.driver import CompileOptions, kernel_module
+from tilec.mlir import ir
+from tilec.tiling.tiler import TileParams
+
+ATTENTION = """
+func gqa(q: Tensor<bf16>[b, hk, g, s, 128], k: Tensor<bf16>[b, hk, 1, t, 128],
+         v: Tensor<bf16>[b, hk, 1, t, 128]) -> Tensor<bf16>[b, hk, g, s, 128] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * 0.08838834764831845;
+  let causal = where(iota([s, t], axis=1) <= iota([s, t], axis=0, start=t - s), scores, -inf);
+  return cast(cast(softmax(causal, axis=-1), bf16) @ v, bf16);
+}
+
+func biased(q: Tensor<f16>[h, s, 64], k: Tensor<f16>[h, t, 64], v: Tensor<f16>[h, t, 64],
+            bias: Tensor<f32>[s, t]) -> Tensor<f16>[h, s, 64] {
+  let scores = cast(q @ transpose(k, [0, 2, 1]), f32) * 0.125 + bias;
+  return cast(cast(softmax(scores, axis=-1), f16) @ v, f16);
+}
+
+func lengths(q: Tensor<bf16>[b, 1, 64], k: Tensor<bf16>[b, t, 64], v: Tensor<bf16>[b, t, 64],
+             lens: Tensor<int32>[b, 1, 1]) -> Tensor<bf16>[b, 1, 64] {
+  let scores = cast(q @ transpose(k, [0, 2, 1]), f32) * 0.125;
+  let cached = where(iota([1, t], axis=1) < lens, scores, -inf);
+  return cast(cast(softmax(cached, axis=-1), bf16) @ v, bf16);
+}
+"""
+KINDS = {"gqa": "bf16", "biased": "f16", "lengths": "bf16"}
+HEADS = {"gqa": 128, "biased": 64, "lengths": 64}
+
+
+@functools.cache
+def compiled(source: str, arch: str) -> tuple[PtxKernels, dict[str, str]]:
+    """The kernels, and the function each ``attention``-scheduled kernel comes from."""
+    with make_context():
+        module = kernel_module(source, "attention.tile", CompileOptions(target="ptx"),
+                               DiagnosticSink())
+        fused = {}
+        for op in module.body.operations:
+            if KERNEL_ATTR in op.attributes and \
+                    TileParams.of(op.attributes[KERNEL_ATTR]).schedule == "attention":
+                name = ir.StringAttr(op.attributes["sym_name"]).value
+                fused[name] = name.rsplit("__", 1)[0]
+        return PtxBackend(Options(arch)).run(module, "cubin"), fused
+
+
+def entries(ptx: str) -> dict[str, str]:
+    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_attention_is_one_flash_kernel_on_the_tensor_cores(arch: str) -> None:
+    kernels, fused = compiled(ATTENTION, arch)
+    assert sorted(fused.values()) == sorted(KINDS)
+    bodies = entries(kernels.ptx)
+    assert sorted(bodies) == sorted(fused)          # one kernel each, no scores function
+    for kernel, name in fused.items():
+        body, kind = bodies[kernel], KINDS[name]
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in body, name
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in body, name        # Q, K
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body, name  # V
+        assert "cp.async.cg.shared.global" in body and "cp.async.wait_group" in body, name
+        assert "shfl.sync.bfly.b32" in body, name                             # row max, sum
+        # Q K^T: d/16 x (BLOCK_N/8) mma per block; P V: (BLOCK_N/16) x (d/8)
+        products = (HEADS[name] // 16) * (BLOCK_N // 8) + (BLOCK_N // 16) * (HEADS[name] // 8)
+        assert body.count("mma.sync.aligned") == products, name
+    for report in kernels.reports():
+        assert (report.spill_stores, report.spill_loads) == (0, 0), report
+        assert report.registers <= 255
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_attention_shared_memory_fits_the_arch(arch: str) -> None:
+    """Q's block once, K and V in two stages, rows padded by 16 bytes; 256 threads."""
+    kernels, fused = compiled(ATTENTION, arch)
+    for kernel in kernels.kernels:
+        d = HEADS[fused[kernel.name]]
+        need = (BLOCK_M + 4 * BLOCK_N) * (d + 8) * 2
+        assert need <= kernel.shared.value <= need + 3 * 16 <= SHARED_LIMIT[arch]
+        assert kernel.row_elements.value == 8 * 256
+
+
+def test_float32_attention_stays_unfused_and_says_why() -> None:
+    source = ("func f(q: Tensor<f32>[s, 64], k: Tensor<f32>[t, 64], v: Tensor<f32>[t, 64])\n"
+              "    -> Tensor<f32>[s, 64] {\n"
+              "  return softmax(q @ transpose(k, [1, 0]), axis=-1) @ v;\n}\n")
+    sink = DiagnosticSink()
+    with make_context():
+        module = kernel_module(source, "f.tile", CompileOptions(target="ptx"), sink)
+        kernels = [op for op in module.body.operations if KERNEL_ATTR in op.attributes]
+        assert len(kernels) > 1
+        assert all(TileParams.of(op.attributes[KERNEL_ATTR]).schedule != "attention"
+                   for op in kernels)
+    remarks = [d.render() for d in sink.warnings]
+    assert any("fuses attention of bfloat16 and float16 only, not float32" in r
+               for r in remarks), remarks
+
+
+def test_a_symbolic_head_dimension_keeps_the_row_lowering() -> None:
+    """Fused, but no constant head for the registers: one query row at a time (its scores
+    in shared memory), which ptxas accepts too."""
+    source = ATTENTION.split("func biased")[0].replace("128", "d")
+    kernels, fused = compiled(source, "sm_90")
+    (kernel,) = fused
+    body = entries(kernels.ptx)[kernel]
+    assert "mma.sync" not in body and "fma.rn.f32" in body

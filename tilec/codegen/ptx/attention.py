@@ -1,0 +1,395 @@
+"""The ``attention`` schedule on the tensor cores: FlashAttention-2 for float16/bfloat16.
+
+In: a kernel function with the ``attention`` schedule (tile-attention's fused group, rows
+form: ``S = q_row @ transpose(k)``, an element-wise chain, a softmax, a cast, ``@ v``, casts,
+the store; :mod:`tilec.tiling.attention`) whose q, k, v and P are all float16 or all
+bfloat16 and whose head dimension is a constant multiple of 16 up to 128.  Out: the
+``gpu.func`` of :class:`AttentionLowering`, with the ABI of every ptx kernel, launched with
+256 threads.
+
+How it runs.  Block ``b`` takes tiles ``b, b + gridDim.x, ...`` of ``BLOCK_M`` query rows
+(query blocks fastest, then the batch).  Its 8 warps own 16 rows each.  Q's block is copied
+to shared memory once and held in registers as mma A fragments; the key/value blocks of
+``BLOCK_N`` keys go through two shared-memory stages by ``cp.async`` (block ``j + 1`` copied
+while block ``j`` is computed).  Per block, each warp computes its 16 x 64 scores on
+``mma.sync`` m16n8k16 (K read by ``ldmatrix``, stored as ``[key, d]``), applies the
+kernel's element-wise chain to each score at its (query row, key) (:data:`.fragments.MMA_C`
+gives both; keys past ``t`` are ``-inf``), updates the float32 running maximum and sum of
+its two rows per lane (shuffles among the lane's group of four), rescales its output
+accumulators, converts ``exp(S - max)`` to the operand type in registers (the C fragments of
+two score tiles are the A fragment of ``P @ V``: :func:`.fragments.accumulator_as_operand`)
+and adds ``P @ V`` (V by ``ldmatrix.trans``).  Key blocks wholly above the causal diagonal
+are never visited.  The end divides by the sum (a row whose every score is ``-inf`` gives
+0 / 0, NaN, as ``softmax`` does) and runs the kernel's tail (casts) and store per element.
+
+The key and value heads of a grouped-query kernel are read where they lie: a batch axis of
+extent 1 in k or v has stride 0.  Decode is not split across blocks here (a block per head,
+most of its 128 rows idle); the CPU's flash-decoding split is not ported yet.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from ...dialect.types import tensor_info
+from ...dims import Dim, parse_dim
+from ...mlir import arith, gpu, ir, llvm, nvvm, scf
+from ...mlir import math as mmath
+from ...tiling.attention import AttentionTile
+from ..common.layout import shape_of
+from ..common.rows import grid_point
+from ..common.scalar import Num, const, f32, i32, index, select
+from ..common.values import Lazy, Splat
+from .fragments import (MMA_A, MMA_B, MMA_C, Source, accumulator_as_operand,
+                        ldmatrix_origins)
+from .gemm import COPY_BYTES, OPERAND_TYPES, THREADS, GemmLowering, _Operand
+from .kernel import _gep
+
+BLOCK_M = 128                # query rows per block: 16 per warp
+BLOCK_N = 64                 # keys per block
+WARP_ROWS = 16
+MAX_HEAD = 128               # the output accumulators of a larger head would spill
+P_OPERAND = accumulator_as_operand(MMA_C, MMA_A)
+
+
+def head_dim(fn: Any, tile: AttentionTile) -> Optional[int]:
+    """The constant head dimension of q, k and v, None if it is not one."""
+    sizes = {tensor_info(fn.type.inputs[i]).shape[-1] for i in (tile.q, tile.k, tile.v)}
+    if len(sizes) != 1:
+        return None
+    d = next(iter(sizes))
+    return d.value if isinstance(d, Dim) else None
+
+
+def supported(fn: Any, tile: Optional[AttentionTile]) -> bool:
+    """Whether the attention kernel ``fn`` runs on the tensor cores here."""
+    if tile is None:
+        return False
+    dtypes = {tensor_info(fn.type.inputs[i]).dtype for i in (tile.q, tile.k, tile.v)}
+    ops = [op.operation for op in fn.regions[0].blocks[0].operations]
+    second = [op for op in ops if op.name == "tile.matmul"][1]
+    dtypes.add(tensor_info(second.operands[0].type).dtype)
+    d = head_dim(fn, tile)
+    return (len(dtypes) == 1 and dtypes <= set(OPERAND_TYPES) and d is not None
+            and d % 16 == 0 and 16 <= d <= MAX_HEAD)
+
+
+class AttentionLowering(GemmLowering):
+    """The FlashAttention-2 kernel of one ``attention`` kernel function (module docstring)."""
+
+    def __init__(self, fn: Any, tile: AttentionTile) -> None:
+        super(GemmLowering, self).__init__(fn)
+        self.attention = tile
+        self.kind = OPERAND_TYPES[self.inputs[tile.q].dtype]
+        self.element, self.chunk = 2, COPY_BYTES // 2
+        self.d = head_dim(fn, tile)
+        self.q_block = _Operand(BLOCK_M, self.d)
+        self.kv_block = _Operand(BLOCK_N, self.d)
+        ops = [op.operation for op in fn.regions[0].blocks[0].operations]
+        self.matmuls = [op for op in ops if op.name == "tile.matmul"]
+        self.mode = "scores"
+        self.acc_value: Optional[Num] = None
+        self.column: Optional[Num] = None
+        self.captured: Optional[Num] = None
+
+    # -- the frame -----------------------------------------------------------------------------
+    def _row_loop(self, first: Num, last: Num) -> None:
+        """Instead of rows: the (batch, query block) tiles, strided over the blocks."""
+        q_shape = shape_of(self.inputs[self.attention.q])
+        k_shape = shape_of(self.inputs[self.attention.k])
+        self.s, self.t = self.dim(q_shape[-2]), self.dim(k_shape[-2])
+        self.batch_extents = [self.dim(d) for d in shape_of(self.outputs[0])[:-2]]
+        batch = const(index(), 1)
+        for e in self.batch_extents:
+            batch = batch * e
+        self.q_tiles = (self.s + (BLOCK_M - 1)) // BLOCK_M
+        self.diagonal = self.dim(parse_dim(self.attention.diagonal))
+        self._frame()
+        loop = scf.ForOp(Num(gpu.block_id(gpu.Dimension.x)).value,
+                         (batch * self.q_tiles).value, Num(gpu.grid_dim(gpu.Dimension.x)).value)
+        self.entry = ir.InsertionPoint(loop.operation)
+        with ir.InsertionPoint(loop.body):
+            self._tile(Num(loop.induction_variable))
+            scf.YieldOp([])
+
+    def _frame(self) -> None:
+        warp = self.tid // 32
+        self.lane = self.tid % 32
+        self.warp_row = warp * WARP_ROWS
+        self.q_shared = self._buffer("attention_q", self.q_block.stage_bytes)
+        self.k_shared = self._buffer("attention_k", 2 * self.kv_block.stage_bytes)
+        self.v_shared = self._buffer("attention_v", 2 * self.kv_block.stage_bytes)
+        a = self.attention
+        self.aligned = self._aligned_rows(self.arg_buffers[a.q], const(index(), self.d)) \
+            & self._aligned_rows(self.arg_buffers[a.k], const(index(), self.d)) \
+            & self._aligned_rows(self.arg_buffers[a.v], const(index(), self.d))
+
+    def _kv_base(self, number: int) -> Num:
+        """The element offset of this tile's key (or value) head: the batch coordinates,
+        those of the operand's axes of extent 1 dropped (a grouped-query broadcast)."""
+        shape = shape_of(self.inputs[number])[:-2]
+        offset = const(index(), 0)
+        for coord, extent in zip(self.batch_coords, shape):
+            offset = offset * self.dim(extent) + (coord if str(extent) != "1" else 0)
+        return offset * self.t * self.d
+
+    # -- one tile ------------------------------------------------------------------------------
+    def _tile(self, tile: Num) -> None:
+        b, self.row0 = tile // self.q_tiles, (tile % self.q_tiles) * BLOCK_M
+        self.batch = b
+        extents = self.batch_extents
+        self.batch_coords = grid_point(b, extents) if len(extents) > 1 else \
+            [b] if extents else []
+        self.k_base, self.v_base = (self._kv_base(n) for n in (self.attention.k,
+                                                               self.attention.v))
+        blocks = self._key_blocks()
+        self._copy_block(self.q_shared, self.q_block, const(index(), 0), self._q_place(),
+                   self.attention.q)
+        nvvm.cp_async_commit_group()
+        self._load_keys(const(index(), 0), blocks)
+        nvvm.cp_async_wait_group(1)
+        self.barrier()
+        q = [self._ldmatrix_rows(self.q_shared, self.q_block, const(index(), 0),
+                                 self.warp_row, ks * 16, False) for ks in range(self.d // 16)]
+        out = self._key_loop(q, blocks)
+        self._finish(out)
+        self.barrier()             # the next tile's copies reuse the buffers
+
+    def _key_blocks(self) -> Num:
+        """Key blocks this query block visits: all, or up to the causal diagonal of its
+        last row (none when even that row sees no key)."""
+        blocks = (self.t + (BLOCK_N - 1)) // BLOCK_N
+        if not self.attention.causal:
+            return blocks
+        last = self.row0 + (BLOCK_M - 1)
+        last = select(last.lt(self.s), last, self.s - 1)
+        reach = last + self.diagonal + 1               # keys 0 .. reach - 1 are seen
+        seen = (reach + (BLOCK_N - 1)) // BLOCK_N
+        seen = select(reach.gt(0), seen, const(index(), 0))
+        return select(seen.lt(blocks), seen, blocks)
+
+    # -- global -> shared ----------------------------------------------------------------------
+    def _q_place(self):
+        def place(row: Num, chunk: Num) -> tuple[Num, Num]:
+            r, c = self.row0 + row, chunk * self.chunk
+            first = (self.batch * self.s + r) * self.d + c
+            return first, select(r.lt(self.s), const(index(), self.d) - c, const(index(), 0))
+        return place
+
+    def _kv_place(self, base: Num, block: Num):
+        def place(row: Num, chunk: Num) -> tuple[Num, Num]:
+            key, c = block * BLOCK_N + row, chunk * self.chunk
+            first = base + key * self.d + c
+            return first, select(key.lt(self.t), const(index(), self.d) - c,
+                                 const(index(), 0))
+        return place
+
+    def _load_keys(self, block: Num, blocks: Num) -> None:
+        """K and V of key block ``block`` into its stage (nothing past the last), then a
+        commit."""
+        inside = scf.IfOp(block.lt(blocks).value)
+        with ir.InsertionPoint(inside.then_block):
+            stage = block % 2
+            self._copy_block(self.k_shared, self.kv_block, stage,
+                       self._kv_place(self.k_base, block), self.attention.k)
+            self._copy_block(self.v_shared, self.kv_block, stage,
+                       self._kv_place(self.v_base, block), self.attention.v)
+            scf.YieldOp([])
+        nvvm.cp_async_commit_group()
+
+    def _copy_block(self, shared: ir.Value, block: _Operand, stage: Num, place,
+                    number: int) -> None:
+        per_row = block.cols // self.chunk
+        source = self.arg_buffers[number]
+        for c in range(-(-block.rows * per_row // THREADS)):
+            flat = self.tid + c * THREADS
+            row, chunk = flat // per_row, flat % per_row
+            guard = scf.IfOp(row.lt(block.rows).value)
+            with ir.InsertionPoint(guard.then_block):
+                first, count = place(row, chunk)
+                count = select(count.lt(0), const(index(), 0), count)
+                count = select(count.gt(self.chunk), const(index(), self.chunk), count)
+                offset = stage * block.stage_bytes + (row * block.pitch + chunk * self.chunk) * 2
+                dest = _gep(shared, offset, ir.IntegerType.get_signless(8))
+                first = select(count.gt(0), first, const(index(), 0))
+                src = _gep(source, first, ir.IntegerType.get_signless(16))
+                self._copy_chunk(dest, src, count)
+                scf.YieldOp([])
+
+    # -- the key loop --------------------------------------------------------------------------
+    def _key_loop(self, q: list[list[ir.Value]], blocks: Num) -> list[Num]:
+        """Carried: the running maximum of the lane's two rows, their partial sums, and the
+        output accumulators (``d / 8`` tiles of 4)."""
+        minus = const(f32(), -math.inf)
+        zero = const(f32(), 0.0)
+        carried = [minus, minus, zero, zero] + [zero] * (self.d // 8 * 4)
+        loop = scf.ForOp(const(index(), 0).value, blocks.value, const(index(), 1).value,
+                         [v.value for v in carried])
+        with ir.InsertionPoint(loop.body):
+            j = Num(loop.induction_variable)
+            state = [Num(v) for v in loop.inner_iter_args]
+            nvvm.cp_async_wait_group(0)
+            self.barrier()
+            self._load_keys(j + 1, blocks)
+            scores = self._scores(q, j % 2)
+            scores = self._chain(scores, j)
+            out = self._online_softmax(scores, state, j % 2)
+            scf.YieldOp([v.value for v in out])
+        nvvm.cp_async_wait_group(0)
+        return [Num(r) for r in loop.results]
+
+    def _ldmatrix_rows(self, shared: ir.Value, block: _Operand, stage: Num, row0: Num,
+                       col: int, trans: bool) -> list[ir.Value]:
+        """An ldmatrix.x4 of the 16 x 16 block at (row0, col) of a stage: A's registers
+        (as stored), or with ``trans`` (V, ``[key, d]``) B's b0b1, b2b3 of two n8 tiles."""
+        if trans:
+            sources = [Source(MMA_B, r, (0, 8 * t)) for t in range(2) for r in range(2)]
+            origins = ldmatrix_origins(sources, False, True)
+        else:
+            origins = ldmatrix_origins([Source(MMA_A, r) for r in range(4)], False, False)
+        address = self._lane_address(shared, block, stage, origins, row0,
+                                     const(index(), col))
+        return self._ldmatrix(address, trans=trans)
+
+    def _scores(self, q: list[list[ir.Value]], stage: Num) -> list[Num]:
+        """This warp's 16 x BLOCK_N scores: BLOCK_N / 8 tiles of 4 accumulators."""
+        zero = const(f32(), 0.0)
+        acc = [zero] * (BLOCK_N // 8 * 4)
+        origins = ldmatrix_origins([Source(MMA_B, r, (0, 8 * t)) for t in range(2)
+                                    for r in range(2)], True, False)
+        for ks in range(self.d // 16):
+            for p in range(BLOCK_N // 16):     # K stored [key, d]: the B of Q K^T transposed
+                address = self._lane_address(self.k_shared, self.kv_block, stage, origins,
+                                             const(index(), p * 16), const(index(), ks * 16))
+                regs = self._ldmatrix(address, trans=False)
+                for half in range(2):
+                    n = (2 * p + half) * 4
+                    acc[n:n + 4] = self._mma(q[ks], regs[2 * half:2 * half + 2], acc[n:n + 4])
+        return acc
+
+    def _place(self, element: int) -> tuple[Num, Num]:
+        """(row in the warp's 16, column in its n8 tile) of accumulator ``element``."""
+        return self._lane_form(element, 0), self._lane_form(element, 1)
+
+    def _chain(self, scores: list[Num], block: Num) -> list[Num]:
+        """The kernel's element-wise chain on each score, ``-inf`` outside ``[s, t]``."""
+        out = []
+        for n in range(BLOCK_N // 8):
+            for e in range(MMA_C.elements):
+                row, col = self._place(e)
+                row = self.row0 + self.warp_row + row
+                col = block * BLOCK_N + n * 8 + col
+                out.append(self._score(row, col, scores[n * 4 + e]))
+        return out
+
+    def _score(self, row: Num, col: Num, value: Num) -> Num:
+        inside = scf.IfOp((row.lt(self.s) & col.lt(self.t)).value, [f32()], has_else=True)
+        with ir.InsertionPoint(inside.then_block):
+            self.mode, self.acc_value, self.column = "scores", value, col
+            self.coords = self.batch_coords + [row]
+            self.body()
+            scf.YieldOp([self.captured.value])
+        with ir.InsertionPoint(inside.else_block):
+            scf.YieldOp([const(f32(), -math.inf).value])
+        return Num(inside.results[0])
+
+    # -- the online softmax --------------------------------------------------------------------
+    def _online_softmax(self, scores: list[Num], state: list[Num], stage: Num) -> list[Num]:
+        """The running maxima and sums of the lane's rows (element ``e`` of a tile is row
+        ``e // 2``), the accumulators rescaled, then ``+= P @ V``."""
+        maxima, sums, out = state[0:2], state[2:4], state[4:]
+        probs = list(scores)
+        scales = []
+        for r in range(2):
+            mine = [scores[i] for i in range(len(scores)) if (i % 4) // 2 == r]
+            top = mine[0]
+            for v in mine[1:]:
+                top = top.maximum(v)
+            for offset in (1, 2):
+                top = top.maximum(_shuffle(top, offset))
+            new = maxima[r].maximum(top)
+            shift = select(new.eq(-math.inf), const(f32(), 0.0), new)
+            scales.append(_exp(maxima[r] - shift))
+            total = const(f32(), 0.0)
+            for i in range(len(scores)):
+                if (i % 4) // 2 == r:
+                    probs[i] = _exp(scores[i] - shift)
+                    total = total + probs[i]
+            maxima[r] = new
+            sums[r] = sums[r] * scales[r] + total
+        out = [v * scales[(i % 4) // 2] for i, v in enumerate(out)]
+        out = self._products(probs, out, stage)
+        return maxima + sums + out
+
+    def _products(self, probs: list[Num], out: list[Num], stage: Num) -> list[Num]:
+        """``out += P @ V``: P's A fragments from the score tiles, in registers."""
+        for kk in range(BLOCK_N // 16):
+            a = []
+            for r in range(MMA_A.elements // 2):
+                pair = [P_OPERAND[2 * r + j] for j in range(2)]
+                a.append(self._pack([probs[(2 * kk + h.tile) * 4 + h.element] for h in pair]))
+            for p in range(self.d // 16):
+                regs = self._ldmatrix_rows(self.v_shared, self.kv_block, stage,
+                                           const(index(), kk * 16), p * 16, True)
+                for half in range(2):
+                    n = (2 * p + half) * 4
+                    out[n:n + 4] = self._mma(a, regs[2 * half:2 * half + 2], out[n:n + 4])
+        return out
+
+    def _pack(self, pair: list[Num]) -> ir.Value:
+        """Two float32 values rounded to the operand type, as one 32-bit register."""
+        element = ir.F16Type.get() if self.kind == "f16" else ir.BF16Type.get()
+        vector = llvm.mlir_poison(ir.VectorType.get([2], element))
+        for j, value in enumerate(pair):
+            narrow = arith.truncf(element, value.value)
+            vector = llvm.insertelement(vector, narrow, const(i32(), j).value)
+        return llvm.bitcast(i32(), vector)
+
+    # -- the end -------------------------------------------------------------------------------
+    def _finish(self, state: list[Num]) -> None:
+        sums = state[2:4]
+        for r in range(2):
+            for offset in (1, 2):
+                sums[r] = sums[r] + _shuffle(sums[r], offset)
+        out = state[4:]
+        for n in range(self.d // 8):
+            for e in range(MMA_C.elements):
+                row, col = self._place(e)
+                row = self.row0 + self.warp_row + row
+                value = out[n * 4 + e] / sums[e // 2]
+                self._output(row, col + n * 8, value)
+
+    def _output(self, row: Num, col: Num, value: Num) -> None:
+        inside = scf.IfOp(row.lt(self.s).value)
+        with ir.InsertionPoint(inside.then_block):
+            self.mode, self.acc_value, self.column = "output", value, col
+            self.coords = self.batch_coords + [row]
+            self.body()
+            scf.YieldOp([])
+
+    # -- the kernel's ops, per element ---------------------------------------------------------
+    def matmul(self, op: Any) -> Lazy:
+        info = self.result_info(op)
+        mine = (op.operation == self.matmuls[0]) == (self.mode == "scores")
+        value = self.acc_value if mine else const(f32(), 0.0)
+        return Splat(value, tuple(shape_of(info)), info.dtype)
+
+    def softmax(self, op: Any) -> Lazy:
+        """Scores mode: the chain's value at this key, kept; never a softmax of a row."""
+        x = self.lazy(op.operands[0])
+        if self.mode == "scores":
+            self.captured = self.load(x, [self.column], {})
+        return Splat(const(f32(), 0.0), x.sizes, x.dtype)
+
+    def store_row(self, op: Any) -> None:
+        if self.mode == "output":
+            super().store_row(op)
+
+
+def _shuffle(value: Num, offset: int) -> Num:
+    return Num(gpu.shuffle(value.value, const(i32(), offset).value, const(i32(), 32).value,
+                           gpu.ShuffleMode.XOR)[0])
+
+
+def _exp(x: Num) -> Num:
+    return Num(mmath.exp(x.value))
