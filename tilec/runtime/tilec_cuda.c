@@ -194,6 +194,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, int nbuffers,
                       int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
                       int64_t shared, void* stream) {
+  if (rows <= 0) return TILEC_OK; /* no rows, no blocks: nothing to launch */
   CUcontext context;
   void** functions;
   int status = ready(&context);

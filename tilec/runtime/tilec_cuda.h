@@ -32,7 +32,7 @@ typedef struct {
 /* Launch kernel `kernel` of `code` over `rows` grid rows: its arguments are the `nbuffers`
  * device pointers, then the `nvalues` int64_t values (the last two, rows and rows per block,
  * are filled in here); `row_elements` sets the threads per block, `shared` the dynamic shared
- * memory per block. */
+ * memory per block.  No rows: nothing is launched. */
 int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, int nbuffers,
                       int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
                       int64_t shared, void* stream);
