@@ -4,20 +4,26 @@
 ``programs`` (every shared example and every corpus program, ``test/corpus/*.tile``, compiled
 to a ptx library, with reference outputs from the reference interpreter on fixed-seed inputs,
 the sizes of each program's ``// SIZES:`` header, smallest first), ``bench`` (the five
-memory-bound benchmark operators) and ``gemm`` (the tensor-core GEMMs of :data:`GEMM_SOURCE`);
-every part by default.  The runtime (``loader.py``, ``device.py``, ``interop.py``,
+memory-bound benchmark operators), ``gemm`` (the GEMMs of :data:`GEMM_SOURCE`: tensor cores
+for float16/bfloat16, FFMA register tiles for float32) and ``attention`` (the fused
+attention kernels of :data:`ATTENTION_SOURCE`); every part by default.  The runtime (``loader.py``, ``device.py``, ``interop.py``,
 ``binding.py``, ``dims.py``, ``numerics.py``) goes into BUNDLE, which stays under 64 MiB.
 
-``run BUNDLE`` (on the GPU machine: Python 3.12, NumPy, PyTorch, Triton; no tilec, no MLIR):
-stops at once, exit status 2, when PyTorch sees no CUDA GPU.  Otherwise it loads each library
+``run BUNDLE`` (on the GPU machine: Python 3.12, NumPy, PyTorch, Triton, and ml_dtypes for
+the bundled runtime's bfloat16; no tilec, no MLIR): stops at once, exit status 2, when
+ml_dtypes is missing or PyTorch sees no CUDA GPU.  Otherwise it loads each library
 with the bundled runtime only, checks every output against its reference under the numerical
 contract, checks the GEMMs at awkward sizes (M, N in 1, 127, 1000; K 255, whose rows are
-copied element by element, and 256, whose rows go through cp.async) against float64, then
+copied element by element, and 256, whose rows go through cp.async) against float64, the
+fused attention (causal grouped-query, an additive bias, decode with per-batch cache lengths,
+at awkward sizes) against PyTorch's ``scaled_dot_product_attention`` in float32 math, then
 measures GB/s for swiglu, rmsnorm, layernorm, softmax and rope at 4096 tokens x 4096 hidden
 against the H200's peak HBM bandwidth (about 4.8 TB/s) and against Triton kernels for the
 same ops, and TFLOP/s of ``gelu(x @ w + b)`` at 4096^3 in float16 and bfloat16 against
 ``torch.matmul`` (cuBLAS; bare, and with PyTorch's bias and GELU after it) and a Triton GEMM
-with the same epilogue fused, within 5 minutes.  It prints one line per program, GEMM shape
+with the same epilogue fused, and of causal grouped-query attention (s = 4096, 32 query and 8
+key/value heads, d = 128, bfloat16) against ``scaled_dot_product_attention(is_causal=True,
+enable_gqa=True)`` on the flash backend, within 5 minutes.  It prints one line per program, GEMM shape
 and benchmark, and exits 1 on any failure.
 """
 from __future__ import annotations
@@ -39,8 +45,9 @@ TOKENS = HIDDEN = 4096
 HEADS = 32
 EXAMPLE_SIZES = {"swiglu": "batch=2 seq=127 hidden=255", "layernorm": "...=(3,5)",
                  "rmsnorm_templated": "seq=127 hidden=255", "rope": "tokens=127 heads=7 half=32"}
-PARTS = ("programs", "bench", "gemm")
-GEMM_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+PARTS = ("programs", "bench", "gemm", "attention")
+GEMM_DTYPES = {"float16": "f16", "bfloat16": "bf16"}          # benchmarked
+CHECKED_GEMM_DTYPES = {**GEMM_DTYPES, "float32": "f32"}
 GEMM_TEMPLATE = """
 func gemm_{t}(x: Tensor<{t}>[m, k], w: Tensor<{t}>[k, n]) -> Tensor<{t}>[m, n] {{
   return x @ w;
@@ -58,13 +65,47 @@ func shared_weight_bf16(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[k, n]) -> Tens
   return x @ w;
 }
 """
-GEMM_SOURCE = "".join(GEMM_TEMPLATE.format(t=t) for t in GEMM_DTYPES.values()) + GEMM_VIEWS
-"""The GEMMs of the check: plain and with a bias and GELU in float16 and bfloat16, and in
-bfloat16 a Linear weight [n, k] read in place and a weight broadcast over a batch."""
-GEMM_KINDS = {"f16": ("gemm", "linear_gelu"),
+GEMM_SOURCE = "".join(GEMM_TEMPLATE.format(t=t) for t in CHECKED_GEMM_DTYPES.values()) \
+    + GEMM_VIEWS
+"""The GEMMs of the check: plain and with a bias and GELU in float16, bfloat16 and float32,
+and in bfloat16 a Linear weight [n, k] read in place and a weight broadcast over a batch."""
+GEMM_KINDS = {"f16": ("gemm", "linear_gelu"), "f32": ("gemm", "linear_gelu"),
               "bf16": ("gemm", "linear_gelu", "linear_t", "shared_weight")}
 GEMM_SIZES = [(m, n, k) for k in (255, 256) for m in (1, 127, 1000) for n in (1, 127, 1000)]
 GEMM_BENCH = 4096
+ATTENTION_SOURCE = """
+func causal_gqa(q: Tensor<bf16>[b, hk, g, s, 128], k: Tensor<bf16>[b, hk, 1, t, 128],
+                v: Tensor<bf16>[b, hk, 1, t, 128]) -> Tensor<bf16>[b, hk, g, s, 128] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * 0.08838834764831845;
+  let causal = where(iota([s, t], axis=1) <= iota([s, t], axis=0, start=t - s), scores, -inf);
+  return cast(cast(softmax(causal, axis=-1), bf16) @ v, bf16);
+}
+func biased(q: Tensor<f16>[h, s, 64], k: Tensor<f16>[h, t, 64], v: Tensor<f16>[h, t, 64],
+            bias: Tensor<f32>[s, t]) -> Tensor<f16>[h, s, 64] {
+  let scores = cast(q @ transpose(k, [0, 2, 1]), f32) * 0.125 + bias;
+  return cast(cast(softmax(scores, axis=-1), f16) @ v, f16);
+}
+func decode(q: Tensor<bf16>[b, hk, g, 1, 128], k: Tensor<bf16>[b, hk, 1, t, 128],
+            v: Tensor<bf16>[b, hk, 1, t, 128], lens: Tensor<int32>[b, 1, 1, 1, 1])
+    -> Tensor<bf16>[b, hk, g, 1, 128] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * 0.08838834764831845;
+  let cached = where(iota([1, t], axis=1) < lens, scores, -inf);
+  return cast(cast(softmax(cached, axis=-1), bf16) @ v, bf16);
+}
+"""
+"""The fused attention kernels of the check: causal grouped-query (the last s of t positions),
+a float32 additive bias, and decode against per-batch cache lengths."""
+ATTENTION_SIZES = {
+    # (b, hk, g, s, t): causal rows always see a key (s <= t): a row that sees none is NaN in
+    # the language and 0 in SDPA
+    "causal_gqa": [(1, 2, 4, 1, 1), (2, 1, 2, 17, 17), (1, 2, 2, 17, 255), (1, 1, 4, 255, 1000),
+                   (1, 2, 1, 1000, 1000)],
+    "biased": [(1, 3, 1, 17, 255), (1, 2, 1, 1000, 1), (1, 1, 1, 255, 1000)],
+    "decode": [(3, 2, 4, 1, 1), (2, 2, 4, 1, 255), (2, 8, 4, 1, 4097)],
+}
+# the output's rounding, P rounded to the operand type before P @ V, float32 statistics
+ATTENTION_TOLERANCE = {"bfloat16": 2.0 ** -6, "float16": 2.0 ** -9}
+ATTENTION_BENCH = (1, 8, 4, 4096, 128)   # b, key/value heads, queries per head, s = t, d
 BENCH_SOURCES = {
     "softmax": "func softmax_rows(x: Tensor[rows, n]) -> Tensor[rows, n] {\n"
                "  return softmax(x, axis=-1);\n}\n",
@@ -97,6 +138,8 @@ def prepare(bundle: Path, parts: tuple[str, ...] = PARTS) -> None:
         _prepare_bench(bundle)
     if "gemm" in parts:
         _prepare_gemm(bundle)
+    if "attention" in parts:
+        _prepare_attention(bundle)
     runtime = bundle / "tilec"
     (runtime / "runtime").mkdir(parents=True, exist_ok=True)
     (runtime / "harness").mkdir(exist_ok=True)
@@ -182,6 +225,13 @@ def _prepare_gemm(bundle: Path) -> None:
 
     shutil.copy(tilec.compile_string(GEMM_SOURCE, "gemm.tile", target="ptx").path,
                 bundle / "bench_gemm.so")
+
+
+def _prepare_attention(bundle: Path) -> None:
+    import tilec
+
+    shutil.copy(tilec.compile_string(ATTENTION_SOURCE, "attention.tile", target="ptx").path,
+                bundle / "bench_attention.so")
 
 
 def _result_dtypes(fn) -> list[str]:
@@ -308,7 +358,7 @@ def _gemm_args(name: str, m: int, n: int, k: int, dtype, gen) -> list:
 
 # the result's rounding (half an ulp of the output type, doubled for the epilogue's math)
 # and float32 accumulation over K (a few ulps of float32 per term)
-GEMM_TOLERANCE = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+GEMM_TOLERANCE = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -20}
 
 
 def check_gemms(bundle: Path) -> int:
@@ -319,7 +369,7 @@ def check_gemms(bundle: Path) -> int:
     lib = load(bundle / "bench_gemm.so")
     gen = torch.Generator(device="cuda").manual_seed(19)
     failures = 0
-    for dtype_name, short in GEMM_DTYPES.items():
+    for dtype_name, short in CHECKED_GEMM_DTYPES.items():
         dtype = getattr(torch, dtype_name)
         for kind in GEMM_KINDS[short]:
             name = f"{kind}_{short}"
@@ -379,8 +429,117 @@ def gemm_benchmarks(bundle: Path) -> int:
     return failures
 
 
+def attention_args(name: str, sizes: tuple[int, ...], device: str, gen) -> list:
+    """Fixed-seed inputs of the attention ``name`` in its tilec layout (torch tensors)."""
+    import torch
+
+    b, hk, g, s, t = sizes
+    dtype = torch.float16 if name == "biased" else torch.bfloat16
+    d = 64 if name == "biased" else 128
+
+    def rand(*shape, kind=dtype):
+        return (torch.rand(shape, generator=gen, device=device) * 2 - 1).to(kind)
+    if name == "biased":
+        return [rand(hk, s, d), rand(hk, t, d), rand(hk, t, d), rand(s, t, kind=torch.float32)]
+    q, k, v = rand(b, hk, g, s, d), rand(b, hk, 1, t, d), rand(b, hk, 1, t, d)
+    if name == "decode":
+        lens = torch.randint(1, t + 1, (b, 1, 1, 1, 1), generator=gen, device=device,
+                             dtype=torch.int32)
+        return [q, k, v, lens]
+    return [q, k, v]
+
+
+def attention_reference(name: str, args: list):
+    """``scaled_dot_product_attention`` in float32 math (explicit masks: the language's causal
+    diagonal is the last s of t positions, SDPA's ``is_causal`` the first), tilec's layout."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (a.float() for a in args[:3])
+    if name == "biased":
+        mask, scale = args[3], 0.125
+    else:
+        b, hk, g, s, d = q.shape
+        t = k.shape[-2]
+        q, k, v = q.reshape(b, hk * g, s, d), k.reshape(b, hk, t, d), v.reshape(b, hk, t, d)
+        rows = torch.arange(s, device=q.device)[:, None]
+        cols = torch.arange(t, device=q.device)[None, :]
+        mask = cols <= rows + (t - s) if name == "causal_gqa" else \
+            cols < args[3].reshape(b, 1, 1, 1)
+        scale = 0.08838834764831845
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=name != "biased")
+    return out.reshape(args[0].shape)
+
+
+def check_attention(bundle: Path) -> int:
+    """The kernels of :data:`ATTENTION_SOURCE` at :data:`ATTENTION_SIZES` against SDPA."""
+    import torch
+    from tilec.runtime.loader import load
+
+    lib = load(bundle / "bench_attention.so")
+    gen = torch.Generator(device="cuda").manual_seed(18)
+    failures = 0
+    for name, sizes in ATTENTION_SIZES.items():
+        worst, bad = 0.0, []
+        for size in sizes:
+            args = attention_args(name, size, "cuda", gen)
+            try:
+                got = lib[name](*args).float()
+            except (RuntimeError, ValueError, TypeError) as e:
+                bad.append(f"{size}: {type(e).__name__}: {str(e)[:120]}")
+                continue
+            want = attention_reference(name, args)
+            error = (got - want).abs()
+            worst = max(worst, float(error.max()))
+            if bool((error > ATTENTION_TOLERANCE[str(args[0].dtype)[6:]]).any()) or \
+                    bool(got.isnan().any()):
+                bad.append(f"{size}: max error {float(error.max()):.3g}")
+        failures += len(bad)
+        print(f"{'FAIL' if bad else 'ok':5} attention {name:38} {len(sizes)} sizes, max abs "
+              f"error {worst:.3g}" + (f"; {bad[0]}" if bad else ""))
+    return failures
+
+
+def attention_benchmark(bundle: Path) -> int:
+    """TFLOP/s of causal GQA attention against SDPA's flash backend (the one its users get)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from tilec.runtime.loader import load
+
+    b, hk, g, s, d = ATTENTION_BENCH
+    lib = load(bundle / "bench_attention.so")
+    gen = torch.Generator(device="cuda").manual_seed(4096)
+    q, k, v = attention_args("causal_gqa", (b, hk, g, s, s), "cuda", gen)
+    out = torch.empty_like(q)
+    flops = 4.0 * b * hk * g * s * s * d / 2          # causal: half the scores
+    ours = _time(lambda: lib.causal_gqa(q, k, v, out=out))
+    q4, k4, v4 = q.reshape(b, hk * g, s, d), k.reshape(b, hk, s, d), v.reshape(b, hk, s, d)
+    backend = "flash"
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            theirs = _time(lambda: torch.nn.functional.scaled_dot_product_attention(
+                q4, k4, v4, is_causal=True, enable_gqa=True))
+    except RuntimeError as e:
+        backend = f"default (flash refused: {str(e).splitlines()[0][:80]})"
+        theirs = _time(lambda: torch.nn.functional.scaled_dot_product_attention(
+            q4, k4, v4, is_causal=True, enable_gqa=True))
+    want = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=True,
+                                                            enable_gqa=True)
+    diff = (out.float() - want.reshape(out.shape).float()).abs().max().item()
+    print(f"attention s={s} {hk * g}/{hk} heads d={d} causal bf16: tilec "
+          f"{flops / ours / 1e12:.1f} TFLOP/s, SDPA {backend} {flops / theirs / 1e12:.1f}, "
+          f"tilec/SDPA {theirs / ours:.2f}x, max |tilec - SDPA| {diff:.3g}")
+    return int(diff > 4 * ATTENTION_TOLERANCE["bfloat16"])
+
+
 def gpu_missing() -> str:
     """Why this machine cannot run the check ('' when it can)."""
+    try:
+        import ml_dtypes  # noqa: F401  (the bundled runtime's bfloat16)
+    except ImportError:
+        return "the bundled runtime needs ml_dtypes (pip install ml_dtypes), which is missing"
     try:
         import torch
     except ImportError:
@@ -400,10 +559,14 @@ def run(bundle: Path) -> int:
     failures = check_programs(bundle)
     if (bundle / "bench_gemm.so").exists():
         failures += check_gemms(bundle)
+    if (bundle / "bench_attention.so").exists():
+        failures += check_attention(bundle)
     if (bundle / "bench_swiglu.so").exists() and (bundle / "bench_softmax.so").exists():
         failures += benchmarks(bundle)
     if (bundle / "bench_gemm.so").exists():
         failures += gemm_benchmarks(bundle)
+    if (bundle / "bench_attention.so").exists():
+        failures += attention_benchmark(bundle)
     print(f"{failures} failure(s) in {time.monotonic() - start:.0f} s")
     return 1 if failures else 0
 
