@@ -2,7 +2,8 @@
 tile-attention fuses float16/bfloat16 attention for ptx (causal grouped-query, an additive
 bias read from an input, a mask of an input's per-row lengths), each fused kernel lowers to
 FlashAttention-2 on mma.sync m16n8k16 (K by ldmatrix, V by ldmatrix.trans, K/V blocks by
-cp.async, the row statistics by warp shuffles), and ptxas assembles it for sm_80 and sm_90
+cp.async, the row statistics by warp shuffles; the query heads that share a key head are
+rows of one block), and ptxas assembles it for sm_80 and sm_90
 with no spills and within the arch's shared memory; float32 attention and a symbolic head
 dimension keep lowerings that ptxas accepts too.  Whether the results are right is
 bench/gpu_check.py's job: none of this has run on a GPU."""
@@ -15,9 +16,10 @@ import pytest
 
 import tilec.passes  # noqa: F401  (registers the passes)
 from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
-from tilec.codegen.ptx.attention import BLOCK_M, BLOCK_N
+from tilec.codegen.ptx.attention import BLOCK_M, BLOCK_N, shared_heads
 from tilec.codegen.ptx.toolchain import SHARED_LIMIT
 from tilec.diagnostics import DiagnosticSink
+from tilec.dims import parse_dim
 from tilec.dialect import KERNEL_ATTR, make_context
 from tilec.driver import CompileOptions, kernel_module
 from tilec.mlir import ir
@@ -124,3 +126,15 @@ def test_a_symbolic_head_dimension_keeps_the_row_lowering() -> None:
     (kernel,) = fused
     body = entries(kernels.ptx)[kernel]
     assert "mma.sync" not in body and "fma.rn.f32" in body
+
+
+@pytest.mark.parametrize("out, k, v, heads", [
+    (("b", "hk", "g"), ("b", "hk", "1"), ("b", "hk", "1"), 1),   # grouped-query
+    (("h",), ("h",), ("h",), 0),                                # one key head per query head
+    (("b", "g"), ("b", "1"), ("b", "g"), 0),                     # v not shared: no packing
+    (("b", "1", "g"), ("1", "1", "1"), ("1", "1", "1"), 1),     # a 1 of the output stops it
+    (("b", "h", "g"), ("b", "1", "1"), ("b", "1", "1"), 2),
+])
+def test_query_heads_that_share_a_key_head_are_rows_of_one_block(out, k, v, heads) -> None:
+    dims = [tuple(parse_dim(d) for d in shape) for shape in (out, k, v)]
+    assert shared_heads(*dims) == heads

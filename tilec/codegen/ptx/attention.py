@@ -7,8 +7,11 @@ bfloat16 and whose head dimension is a constant multiple of 16 up to 128.  Out: 
 ``gpu.func`` of :class:`AttentionLowering`, with the ABI of every ptx kernel, launched with
 256 threads.
 
-How it runs.  Block ``b`` takes tiles ``b, b + gridDim.x, ...`` of ``BLOCK_M`` query rows
-(query blocks fastest, then the batch).  Its 8 warps own 16 rows each.  Q's block is copied
+How it runs.  The query rows of one key/value head are one sequence of rows: those of its
+query heads one after the other (the trailing batch axes over which k and v are broadcast,
+then s), so that a grouped-query block reads each K/V block once for all its heads and a
+decode's heads fill one block.  Block ``b`` takes tiles ``b, b + gridDim.x, ...`` of
+``BLOCK_M`` such rows (row blocks fastest, then the remaining batch).  Its 8 warps own 16 rows each.  Q's block is copied
 to shared memory once and held in registers as mma A fragments; the key/value blocks of
 ``BLOCK_N`` keys go through two shared-memory stages by ``cp.async`` (block ``j + 1`` copied
 while block ``j`` is computed).  Per block, each warp computes its 16 x 64 scores on
@@ -23,8 +26,8 @@ are never visited.  The end divides by the sum (a row whose every score is ``-in
 0 / 0, NaN, as ``softmax`` does) and runs the kernel's tail (casts) and store per element.
 
 The key and value heads of a grouped-query kernel are read where they lie: a batch axis of
-extent 1 in k or v has stride 0.  Decode is not split across blocks here (a block per head,
-most of its 128 rows idle); the CPU's flash-decoding split is not ported yet.
+extent 1 in k or v has stride 0.  Decode is not split across blocks here (a block per key
+head); the CPU's flash-decoding split is not ported yet.
 """
 from __future__ import annotations
 
@@ -98,11 +101,17 @@ class AttentionLowering(GemmLowering):
         q_shape = shape_of(self.inputs[self.attention.q])
         k_shape = shape_of(self.inputs[self.attention.k])
         self.s, self.t = self.dim(q_shape[-2]), self.dim(k_shape[-2])
-        self.batch_extents = [self.dim(d) for d in shape_of(self.outputs[0])[:-2]]
-        batch = const(index(), 1)
+        batch_shape = shape_of(self.outputs[0])[:-2]
+        heads = shared_heads(batch_shape, k_shape[:-2],
+                              shape_of(self.inputs[self.attention.v])[:-2])
+        self.batch_extents = [self.dim(d) for d in batch_shape[:len(batch_shape) - heads]]
+        self.head_extents = [self.dim(d) for d in batch_shape[len(batch_shape) - heads:]]
+        batch, self.rows = const(index(), 1), self.s
         for e in self.batch_extents:
             batch = batch * e
-        self.q_tiles = (self.s + (BLOCK_M - 1)) // BLOCK_M
+        for e in self.head_extents:
+            self.rows = self.rows * e
+        self.q_tiles = (self.rows + (BLOCK_M - 1)) // BLOCK_M
         self.diagonal = self.dim(parse_dim(self.attention.diagonal))
         self._frame()
         loop = scf.ForOp(Num(gpu.block_id(gpu.Dimension.x)).value,
@@ -127,7 +136,7 @@ class AttentionLowering(GemmLowering):
     def _kv_base(self, number: int) -> Num:
         """The element offset of this tile's key (or value) head: the batch coordinates,
         those of the operand's axes of extent 1 dropped (a grouped-query broadcast)."""
-        shape = shape_of(self.inputs[number])[:-2]
+        shape = shape_of(self.inputs[number])[:len(self.batch_coords)]
         offset = const(index(), 0)
         for coord, extent in zip(self.batch_coords, shape):
             offset = offset * self.dim(extent) + (coord if str(extent) != "1" else 0)
@@ -143,6 +152,9 @@ class AttentionLowering(GemmLowering):
         self.k_base, self.v_base = (self._kv_base(n) for n in (self.attention.k,
                                                                self.attention.v))
         blocks = self._key_blocks()
+        # the lane's two rows (accumulator elements 0, 1 and 2, 3) and their grid points
+        self.lane_rows = [self.row0 + self.warp_row + self._place(e)[0] for e in (0, 2)]
+        self.lane_coords = [self._coords(row) for row in self.lane_rows]
         self._copy_block(self.q_shared, self.q_block, const(index(), 0), self._q_place(),
                    self.attention.q)
         nvvm.cp_async_commit_group()
@@ -156,14 +168,16 @@ class AttentionLowering(GemmLowering):
         self.barrier()             # the next tile's copies reuse the buffers
 
     def _key_blocks(self) -> Num:
-        """Key blocks this query block visits: all, or up to the causal diagonal of its
-        last row (none when even that row sees no key)."""
+        """Key blocks this row block visits: all, or up to the causal diagonal of its last
+        query (none when even that one sees no key)."""
         blocks = (self.t + (BLOCK_N - 1)) // BLOCK_N
         if not self.attention.causal:
             return blocks
         last = self.row0 + (BLOCK_M - 1)
-        last = select(last.lt(self.s), last, self.s - 1)
-        reach = last + self.diagonal + 1               # keys 0 .. reach - 1 are seen
+        last = select(last.lt(self.rows), last, self.rows - 1)
+        one_head = (self.row0 // self.s).eq(last // self.s)
+        query = select(one_head, last % self.s, self.s - 1)
+        reach = query + self.diagonal + 1              # keys 0 .. reach - 1 are seen
         seen = (reach + (BLOCK_N - 1)) // BLOCK_N
         seen = select(reach.gt(0), seen, const(index(), 0))
         return select(seen.lt(blocks), seen, blocks)
@@ -172,8 +186,9 @@ class AttentionLowering(GemmLowering):
     def _q_place(self):
         def place(row: Num, chunk: Num) -> tuple[Num, Num]:
             r, c = self.row0 + row, chunk * self.chunk
-            first = (self.batch * self.s + r) * self.d + c
-            return first, select(r.lt(self.s), const(index(), self.d) - c, const(index(), 0))
+            first = (self.batch * self.rows + r) * self.d + c
+            return first, select(r.lt(self.rows), const(index(), self.d) - c,
+                                 const(index(), 0))
         return place
 
     def _kv_place(self, base: Num, block: Num):
@@ -276,17 +291,17 @@ class AttentionLowering(GemmLowering):
         out = []
         for n in range(BLOCK_N // 8):
             for e in range(MMA_C.elements):
-                row, col = self._place(e)
-                row = self.row0 + self.warp_row + row
-                col = block * BLOCK_N + n * 8 + col
-                out.append(self._score(row, col, scores[n * 4 + e]))
+                col = block * BLOCK_N + n * 8 + self._place(e)[1]
+                out.append(self._score(e // 2, col, scores[n * 4 + e]))
         return out
 
-    def _score(self, row: Num, col: Num, value: Num) -> Num:
-        inside = scf.IfOp((row.lt(self.s) & col.lt(self.t)).value, [f32()], has_else=True)
+    def _score(self, half: int, col: Num, value: Num) -> Num:
+        """The chain's value at key ``col`` of the lane's row ``half``."""
+        row = self.lane_rows[half]
+        inside = scf.IfOp((row.lt(self.rows) & col.lt(self.t)).value, [f32()], has_else=True)
         with ir.InsertionPoint(inside.then_block):
             self.mode, self.acc_value, self.column = "scores", value, col
-            self.coords = self.batch_coords + [row]
+            self.coords = self.lane_coords[half]
             self.body()
             scf.YieldOp([self.captured.value])
         with ir.InsertionPoint(inside.else_block):
@@ -354,18 +369,25 @@ class AttentionLowering(GemmLowering):
         out = state[4:]
         for n in range(self.d // 8):
             for e in range(MMA_C.elements):
-                row, col = self._place(e)
-                row = self.row0 + self.warp_row + row
                 value = out[n * 4 + e] / sums[e // 2]
-                self._output(row, col + n * 8, value)
+                self._output(e // 2, self._place(e)[1] + n * 8, value)
 
-    def _output(self, row: Num, col: Num, value: Num) -> None:
-        inside = scf.IfOp(row.lt(self.s).value)
+    def _output(self, half: int, col: Num, value: Num) -> None:
+        inside = scf.IfOp(self.lane_rows[half].lt(self.rows).value)
         with ir.InsertionPoint(inside.then_block):
             self.mode, self.acc_value, self.column = "output", value, col
-            self.coords = self.batch_coords + [row]
+            self.coords = self.lane_coords[half]
             self.body()
             scf.YieldOp([])
+
+    def _coords(self, row: Num) -> list[Num]:
+        """The grid point of row ``row`` of this tile's key/value head."""
+        heads = self.head_extents
+        if not heads:
+            return self.batch_coords + [row]
+        inner = grid_point(row // self.s, heads) if len(heads) > 1 else \
+            [row // self.s] if heads else []
+        return self.batch_coords + inner + [row % self.s]
 
     # -- the kernel's ops, per element ---------------------------------------------------------
     def matmul(self, op: Any) -> Lazy:
@@ -384,6 +406,17 @@ class AttentionLowering(GemmLowering):
     def store_row(self, op: Any) -> None:
         if self.mode == "output":
             super().store_row(op)
+
+
+def shared_heads(batch: Any, k: Any, v: Any) -> int:
+    """How many trailing batch axes k and v are both broadcast over (extent 1 where the
+    output's is not): query heads that share a key/value head."""
+    count = 0
+    for out, kd, vd in reversed(list(zip(batch, k, v))):
+        if str(kd) != "1" or str(vd) != "1" or str(out) == "1":
+            break
+        count += 1
+    return count
 
 
 def _shuffle(value: Num, offset: int) -> Num:
