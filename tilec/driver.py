@@ -369,7 +369,8 @@ def optimize(module, options: CompileOptions, sink: DiagnosticSink) -> None:
         steps = with_options(steps, "tile-fuse", weight_views=description.weight_views,
                              weight_view_types=" ".join(sorted(description.weight_view_types)))
         steps = with_options(steps, "tile-attention", enabled=description.attention,
-                             types=" ".join(sorted(description.attention_types)))
+                             types=" ".join(sorted(description.attention_types)),
+                             head_max=description.attention_head_max)
     if options.verify_each:
         verify_after("irgen", module)
     timings: list[tuple[str, float]] = []

@@ -4,8 +4,8 @@ bias read from an input, a mask of an input's per-row lengths), each fused kerne
 FlashAttention-2 on mma.sync m16n8k16 (K by ldmatrix, V by ldmatrix.trans, K/V blocks by
 cp.async, the row statistics by warp shuffles; the query heads that share a key head are
 rows of one block), and ptxas assembles it for sm_80 and sm_90
-with no spills and within the arch's shared memory; float32 attention and a symbolic head
-dimension keep lowerings that ptxas accepts too.  Whether the results are right is
+with no spills and within the arch's shared memory; float32 attention and a head dimension
+that is not a constant multiple of 16 up to 128 keep the unfused kernels, with a remark.  Whether the results are right is
 bench/gpu_check.py's job: none of this has run on a GPU."""
 from __future__ import annotations
 
@@ -118,14 +118,22 @@ def test_float32_attention_stays_unfused_and_says_why() -> None:
                for r in remarks), remarks
 
 
-def test_a_symbolic_head_dimension_keeps_the_row_lowering() -> None:
-    """Fused, but no constant head for the registers: one query row at a time (its scores
-    in shared memory), which ptxas accepts too."""
-    source = ATTENTION.split("func biased")[0].replace("128", "d")
-    kernels, fused = compiled(source, "sm_90")
-    (kernel,) = fused
-    body = entries(kernels.ptx)[kernel]
-    assert "mma.sync" not in body and "fma.rn.f32" in body
+@pytest.mark.parametrize("head, why", [("d", "not d"), ("256", "not 256"),
+                                       ("40", "not 40")])
+def test_a_head_the_kernel_cannot_hold_stays_unfused_and_says_why(head: str, why: str) -> None:
+    """A symbolic, too large or odd head dimension keeps the unfused kernels (which hold no
+    row of scores in shared memory, so any t runs)."""
+    source = ATTENTION.split("func biased")[0].replace("128", head)
+    sink = DiagnosticSink()
+    with make_context():
+        module = kernel_module(source, "f.tile", CompileOptions(target="ptx"), sink)
+        kernels = [op for op in module.body.operations if KERNEL_ATTR in op.attributes]
+        assert len(kernels) > 1
+        assert all(TileParams.of(op.attributes[KERNEL_ATTR]).schedule != "attention"
+                   for op in kernels)
+    remarks = [d.render() for d in sink.warnings]
+    assert any("one constant head dimension, a multiple of 16 up to 128, " + why in r
+               for r in remarks), remarks
 
 
 @pytest.mark.parametrize("out, k, v, heads", [

@@ -33,6 +33,7 @@ from typing import Any, Optional
 from ..dialect import ops as t
 from ..dialect.types import tensor_info
 from ..dialect.locations import span_of
+from ..dims import Dim
 from ..mlir import func, ir
 from ..pipeline import PassContext, register
 
@@ -46,9 +47,11 @@ class AttentionOptions:
     # the driver sets it from the target description's ``attention``: the targets without a
     # blocked attention kernel run the unfused kernels
     enabled: bool = True
-    # the operand types the target's fused kernel takes, space-separated (empty: all); the
-    # others run the unfused kernels
+    # the operand types the target's fused kernel takes, space-separated (empty: all), and
+    # the largest head dimension it holds (0: any; else a constant multiple of 16 up to it);
+    # the others run the unfused kernels
     types: str = ""
+    head_max: int = 0
 
 
 class NearMiss(Exception):
@@ -75,15 +78,34 @@ def attention(module: ir.Module, pc: PassContext) -> None:
                 continue
             if members is None:
                 continue
-            dtype = tensor_info(members[0].operands[0].type).dtype
-            if pc.options.types and dtype not in pc.options.types.split():
-                pc.sink.remark(f"attention not fused: this target fuses attention of "
-                               f"{' and '.join(pc.options.types.split())} only, not {dtype}",
-                               span_of(inner.location))
+            refused = _refused(members, pc.options)
+            if refused:
+                pc.sink.remark(f"attention not fused: {refused}", span_of(inner.location))
                 continue
             for member in members:
                 member.attributes[MARK_ATTR] = t.i64(found)
             found += 1
+
+
+def _refused(members: list[ir.Operation], options: AttentionOptions) -> str:
+    """Why the target's fused kernel cannot take the attention of ``members`` (its first
+    op is ``q @ kT``), '' when it can."""
+    first = members[0]
+    dtype = tensor_info(first.operands[0].type).dtype
+    if options.types and dtype not in options.types.split():
+        return f"this target fuses attention of {' and '.join(options.types.split())} " \
+            f"only, not {dtype}"
+    if not options.head_max:
+        return ""
+    second = next(m for m in members[1:] if m.name == "tile.matmul")
+    heads = {tensor_info(first.operands[0].type).shape[-1],
+             tensor_info(second.results[0].type).shape[-1]}
+    if len(heads) != 1 or any(not isinstance(h, Dim) or h.value is None or h.value % 16
+                              or h.value > options.head_max for h in heads):
+        return f"this target fuses attention whose q and v have one constant head " \
+            f"dimension, a multiple of 16 up to {options.head_max}, not " \
+            f"{' and '.join(sorted(str(h) for h in heads))}"
+    return ""
 
 
 def _op(value: Any) -> Optional[ir.Operation]:

@@ -58,6 +58,7 @@ class TargetDesc:
     # kernels (their row lowering of the fused one would hold a row of t scores per query)
     attention: bool = False
     attention_types: frozenset[str] = frozenset()   # ... of these operand types (empty: all)
+    attention_head_max: int = 0    # ... a constant head dimension, a multiple of 16 up to it
 
 
 TARGETS: dict[str, TargetDesc] = {
@@ -95,9 +96,11 @@ TARGETS: dict[str, TargetDesc] = {
                       gemm=GemmDesc(micro=((16, 8),), stages=3, staging="shared",
                                     small_m=0, staged_bytes=2, tile=(128, 128, 32)),
                       weight_views=True,
-                      # FlashAttention-2 on mma.sync (codegen/ptx/attention.py); float32
-                      # attention keeps the unfused kernels
-                      attention=True, attention_types=frozenset({"float16", "bfloat16"})),
+                      # FlashAttention-2 on mma.sync (codegen/ptx/attention.py), its output
+                      # accumulators in registers; float32 attention, and a head dimension
+                      # not known or too large, keep the unfused kernels
+                      attention=True, attention_types=frozenset({"float16", "bfloat16"}),
+                      attention_head_max=128),
 }
 
 

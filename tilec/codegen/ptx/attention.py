@@ -3,7 +3,9 @@
 In: a kernel function with the ``attention`` schedule (tile-attention's fused group, rows
 form: ``S = q_row @ transpose(k)``, an element-wise chain, a softmax, a cast, ``@ v``, casts,
 the store; :mod:`tilec.tiling.attention`) whose q, k, v and P are all float16 or all
-bfloat16 and whose head dimension is a constant multiple of 16 up to 128.  Out: the
+bfloat16 and whose head dimension is a constant multiple of 16 up to 128 (tile-attention
+fuses no other for ptx: the target's ``attention_head_max``; the output accumulators of a
+larger head would spill).  Out: the
 ``gpu.func`` of :class:`AttentionLowering`, with the ABI of every ptx kernel, launched with
 256 threads.
 
@@ -39,6 +41,7 @@ from ...dims import Dim, parse_dim
 from ...mlir import arith, gpu, ir, llvm, nvvm, scf
 from ...mlir import math as mmath
 from ...tiling.attention import AttentionTile
+from ...tiling.targets import TARGETS
 from ..common.layout import shape_of
 from ..common.rows import grid_point
 from ..common.scalar import Num, const, f32, i32, index, select
@@ -51,7 +54,6 @@ from .kernel import _gep
 BLOCK_M = 128                # query rows per block: 16 per warp
 BLOCK_N = 64                 # keys per block
 WARP_ROWS = 16
-MAX_HEAD = 128               # the output accumulators of a larger head would spill
 P_OPERAND = accumulator_as_operand(MMA_C, MMA_A)
 
 
@@ -74,7 +76,7 @@ def supported(fn: Any, tile: Optional[AttentionTile]) -> bool:
     dtypes.add(tensor_info(second.operands[0].type).dtype)
     d = head_dim(fn, tile)
     return (len(dtypes) == 1 and dtypes <= set(OPERAND_TYPES) and d is not None
-            and d % 16 == 0 and 16 <= d <= MAX_HEAD)
+            and d % 16 == 0 and 16 <= d <= TARGETS["ptx"].attention_head_max)
 
 
 class AttentionLowering(GemmLowering):
