@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ...mlir import ir, llvm
+from ...mlir import ir, llvm, scf
 from ...tiling.tiler import GemmTile
 from ..common.scalar import Num, const, f32, i32, index, multiply_add
 from .gemm import COPY_BYTES, THREADS, GemmLowering, operand_type
@@ -61,7 +61,13 @@ class FfmaGemmLowering(GemmLowering):
 
     # -- shared -> registers -> FFMA -----------------------------------------------------------
     def _compute(self, stage: Num, acc: list[Num]) -> list[Num]:
-        for k in range(0, self.tile.block_k, LANES):
+        """The block's steps of K four at a time, in a loop: unrolled, LLVM would hoist
+        the shared-memory reads of later steps and run out of registers."""
+        loop = scf.ForOp(const(index(), 0).value, const(index(), self.tile.block_k).value,
+                         const(index(), LANES).value, [v.value for v in acc])
+        with ir.InsertionPoint(loop.body):
+            k = Num(loop.induction_variable)
+            acc = [Num(v) for v in loop.inner_iter_args]
             a = [self._vector(self.a_shared, self.a_block, stage, self._row(i), k)
                  for i in range(self.rows_per_thread)]
             b = self._b_values(stage, k)
@@ -70,9 +76,10 @@ class FfmaGemmLowering(GemmLowering):
                     for n, column in enumerate(b[kk]):
                         slot = i * len(b[kk]) + n
                         acc[slot] = multiply_add(row[kk], column, acc[slot])
-        return acc
+            scf.YieldOp([v.value for v in acc])
+        return [Num(r) for r in loop.results]
 
-    def _b_values(self, stage: Num, k: int) -> list[list[Num]]:
+    def _b_values(self, stage: Num, k: Num) -> list[list[Num]]:
         """B at steps ``k .. k + 3`` of this block: per step, the thread's columns in order."""
         columns = [(j, c) for j in range(self.groups) for c in range(LANES)]
         if self.tile.transpose_b:            # stored [N, K]: a vector along K per column
@@ -82,15 +89,15 @@ class FfmaGemmLowering(GemmLowering):
         out = []
         for kk in range(LANES):              # stored [K, N]: a vector of 4 columns per step
             groups = [self._vector(self.b_shared, self.b_block, stage,
-                                   const(index(), k + kk), None, j) for j in range(self.groups)]
+                                   k + kk, None, j) for j in range(self.groups)]
             out.append([v for g in groups for v in g])
         return out
 
     def _vector(self, shared: ir.Value, block: Any, stage: Num, row: Num,
-                col: Optional[int], group: int = 0) -> list[Num]:
+                col: Optional[Num], group: int = 0) -> list[Num]:
         """Four floats of a stage's block from stored ``row``: from column ``col``, or, when
         None, from the first column of the thread's 4-column ``group``."""
-        column = const(index(), col) if col is not None else self._column(group, 0)
+        column = col if col is not None else self._column(group, 0)
         offset = stage * block.stage_bytes + (row * block.pitch + column) * 4
         address = _gep(shared, offset, ir.IntegerType.get_signless(8))
         vector = llvm.load(ir.VectorType.get([LANES], f32()), address, alignment=COPY_BYTES)
