@@ -105,7 +105,7 @@ class AttentionLowering(GemmLowering):
         self.s, self.t = self.dim(q_shape[-2]), self.dim(k_shape[-2])
         batch_shape = shape_of(self.outputs[0])[:-2]
         heads = shared_heads(batch_shape, k_shape[:-2],
-                              shape_of(self.inputs[self.attention.v])[:-2])
+                             shape_of(self.inputs[self.attention.v])[:-2])
         self.batch_extents = [self.dim(d) for d in batch_shape[:len(batch_shape) - heads]]
         self.head_extents = [self.dim(d) for d in batch_shape[len(batch_shape) - heads:]]
         batch, self.rows = const(index(), 1), self.s
