@@ -5,7 +5,8 @@ FlashAttention-2 on mma.sync m16n8k16 (K by ldmatrix, V by ldmatrix.trans, K/V b
 cp.async, the row statistics by warp shuffles; the query heads that share a key head are
 rows of one block), and ptxas assembles it for sm_80 and sm_90
 with no spills and within the arch's shared memory; float32 attention and a head dimension
-that is not a constant multiple of 16 up to 128 keep the unfused kernels, with a remark.  Whether the results are right is
+that is not a constant multiple of 16 up to 128 keep the unfused kernels, with a remark, and
+a chain that needs shared memory (a concatenation) the row lowering of the fused kernel.  Whether the results are right is
 bench/gpu_check.py's job: none of this has run on a GPU."""
 from __future__ import annotations
 
@@ -134,6 +135,24 @@ def test_a_head_the_kernel_cannot_hold_stays_unfused_and_says_why(head: str, why
     remarks = [d.render() for d in sink.warnings]
     assert any("one constant head dimension, a multiple of 16 up to 128, " + why in r
                for r in remarks), remarks
+
+
+def test_a_chain_that_needs_shared_memory_keeps_the_row_lowering() -> None:
+    """A concatenated bias is copied to shared memory by the whole block, with a barrier:
+    never inside one score element's code.  The fused kernel is lowered by rows instead."""
+    source = """
+func catmask(q: Tensor<bf16>[h, s, 64], k: Tensor<bf16>[h, 8, 64], v: Tensor<bf16>[h, 8, 64],
+             b1: Tensor<f32>[s, 3], b2: Tensor<f32>[s, 5]) -> Tensor<bf16>[h, s, 64] {
+  let scores = cast(q @ transpose(k, [0, 2, 1]), f32) * 0.125 + concat(b1, b2, axis=1);
+  return cast(cast(softmax(scores, axis=-1), bf16) @ v, bf16);
+}
+"""
+    kernels, fused = compiled(source, "sm_90")
+    (kernel,) = fused
+    body = entries(kernels.ptx)[kernel]
+    assert "mma.sync" not in body and "bar.sync" in body
+    (report,) = [r for r in kernels.reports() if r.name == kernel]
+    assert (report.spill_stores, report.spill_loads) == (0, 0)
 
 
 @pytest.mark.parametrize("out, k, v, heads", [

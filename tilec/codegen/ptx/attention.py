@@ -79,6 +79,12 @@ def supported(fn: Any, tile: Optional[AttentionTile]) -> bool:
             and d % 16 == 0 and 16 <= d <= TARGETS["ptx"].attention_head_max)
 
 
+class NeedsMemory(Exception):
+    """The kernel's chain needs a value in shared memory (a concatenation, a layout change
+    of a computed value): its copy, a sweep of the block's threads ending in a barrier,
+    cannot run inside one score element's code.  The caller lowers the kernel by rows."""
+
+
 class AttentionLowering(GemmLowering):
     """The FlashAttention-2 kernel of one ``attention`` kernel function (module docstring)."""
 
@@ -392,6 +398,9 @@ class AttentionLowering(GemmLowering):
         return self.batch_coords + inner + [row % self.s]
 
     # -- the kernel's ops, per element ---------------------------------------------------------
+    def copy(self, x: Lazy) -> Any:
+        raise NeedsMemory(self.name)
+
     def matmul(self, op: Any) -> Lazy:
         info = self.result_info(op)
         mine = (op.operation == self.matmuls[0]) == (self.mode == "scores")

@@ -675,6 +675,20 @@ def _lowering(fn: Any) -> _Lowering:
     return _Lowering(fn)
 
 
+def _build(fn: Any, body: ir.Block) -> GpuKernel:
+    """The kernel of ``fn`` in ``body``; an attention kernel whose chain needs shared memory
+    is taken out again and lowered by rows."""
+    from .attention import NeedsMemory
+
+    before = len(list(body.operations))
+    try:
+        return _lowering(fn).build(body)
+    except NeedsMemory:
+        for op in list(body.operations)[before:]:
+            op.operation.erase()
+        return _Lowering(fn).build(body)
+
+
 def _scores_function(op: Any) -> bool:
     """Whether ``op`` is the scores function of an attention kernel: the CPU runtime calls
     its epilogue; the PTX attention kernel applies the chain itself, so it is not built."""
@@ -694,7 +708,7 @@ def lower_kernels(module: ir.Module) -> tuple[ir.Module, list[GpuKernel]]:
             llvm.GlobalOp(ir.TypeAttr.get(ir.Type.parse("!llvm.array<0 x i8>")), SHARED_SYMBOL,
                           ir.Attribute.parse("#llvm.linkage<external>"), addr_space=3,
                           alignment=VECTOR_BYTES)
-        kernels = [_lowering(op).build(body) for op in module.body.operations
+        kernels = [_build(op, body) for op in module.body.operations
                    if is_ptx_kernel(op) and not _scores_function(op)]
     return out, kernels
 
