@@ -95,6 +95,15 @@ def test_causal_grouped_query_bf16(lib, s, t):
     assert np.isnan(got.astype(np.float32)).any() == (s > t)
 
 
+@pytest.mark.parametrize("s,t,d", [(17, 1000, 72), (255, 17, 33), (1, 255, 128)])
+def test_bfloat16_head_sizes_off_the_tiles(lib, s, t, d):
+    """bfloat16 runs on AMX tiles where the CPU has them: d and t off the tiles' 32 (the
+    pairs, key rows and value columns padded with zeros), d odd (keys packed one by one)."""
+    q = rand((1, 2, 3, s, d), BF16)
+    k, v = rand((1, 2, 1, t, d), BF16), rand((1, 2, 1, t, d), BF16)
+    agrees(lib, "causal_gqa", q, k, v)
+
+
 @pytest.mark.parametrize("s,t,d", [(1, 1, 64), (17, 255, 128), (255, 17, 64), (1000, 1000, 64),
                                    (17, 1000, 128), (127, 255, 72)])
 def test_plain_float32(lib, s, t, d):
@@ -222,10 +231,12 @@ t.agrees(lib, "plain", t.rand((1, 1, 128)), t.rand((1, 4000, 128)), t.rand((1, 4
 """
 
 
-def test_matches_the_reference_on_the_avx2_code():
-    """TILEC_CPU=x86-64-v3: the 4 x 16 tiles (this process runs the 8 x 32 ones where the CPU
-    has AVX-512); d = 72 leaves columns of v to the 16-wide and the scalar code."""
-    env = dict(os.environ, TILEC_CPU="x86-64-v3")
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
+def test_matches_the_reference_on_the_avx2_and_avx512_code(level):
+    """TILEC_CPU=x86-64-v3: the 4 x 16 tiles; x86-64-v4: the 8 x 32 ones, bfloat16 widened
+    (this process runs AMX for bfloat16 where the CPU has it; any TILEC_CPU turns it off);
+    d = 72 leaves columns of v to the 16-wide and the scalar code."""
+    env = dict(os.environ, TILEC_CPU=level)
     done = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

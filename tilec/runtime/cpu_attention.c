@@ -10,6 +10,8 @@
  * A row whose scores so far are all -inf contributes nothing; at the end o / l (0 / 0 = NaN
  * for a row with no key, as softmax of all -inf is).  A split writes (o, m, l) to a workspace
  * and a second pass combines the splits of each block in order.
+ * Where q, k and v are bfloat16 and the CPU has AMX, both products run on AMX tiles instead
+ * (keys_amx); on x86-64-v4 the softmax runs on 16 lanes.
  */
 #include "cpu_attention.h"
 
@@ -21,6 +23,7 @@
 
 #define V3 __attribute__((target("avx2,fma,f16c")))
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 64           /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
@@ -31,6 +34,7 @@ typedef struct {
    * each), contiguous in the grid; it is cut into row_blocks blocks of at most BM rows */
   int64_t share, unit_rows, row_blocks, splits, keys_per_split;
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
+  int amx;        /* bfloat16 q, k, v on AMX tiles (keys_amx) */
 } Attention;
 
 /* -- conversions ---------------------------------------------------------------------------- */
@@ -119,6 +123,8 @@ static const char* at(const void* base, int dtype, int64_t offset) {
 
 typedef struct {
   float *q, *qt, *kb, *vb, *st, *sb, *o, *m, *l, *scores;   /* per-thread scratch */
+  uint16_t *qa, *pa;   /* AMX's A operands (bfloat16): the queries, the weights */
+  uint32_t *kp, *vp;   /* AMX's B operands (bfloat16 pairs): the keys, the values */
 } Scratch;
 
 /* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to 4) and all BM queries, from the
@@ -303,6 +309,217 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
   }
 }
 
+/* exp8 on 16 lanes (the same polynomial; 2**n by scalef). */
+static V4 __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.7f);
+  __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.0f / 720);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(live, y, n);
+}
+
+static __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1; }
+
+/* online_softmax on 16 lanes; o's rows ldo apart. */
+static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, float* m, float* l,
+                                 float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float* s = scores + r * t;
+    float* w = sb + r * BN;
+    __m512 most = _mm512_set1_ps(m[r]);
+    for (int64_t j = 0; j < cols; j += 16)
+      most = _mm512_mask_max_ps(most, lanes(cols - j), most,
+                                _mm512_maskz_loadu_ps(lanes(cols - j), s + j));
+    float top = _mm512_reduce_max_ps(most);
+    if (top == -INFINITY) {          /* every score so far masked: nothing to add */
+      memset(w, 0, BN * sizeof(float));
+      continue;
+    }
+    float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top);
+    __m512 vtop = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < BN; j += 16) {
+      __mmask16 live = lanes(cols - j);
+      __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop)));
+      _mm512_storeu_ps(w + j, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    l[r] = l[r] * scale + _mm512_reduce_add_ps(sum);
+    m[r] = top;
+    if (scale != 1.0f)
+      for (int64_t c = 0; c < dv; c += 16)
+        _mm512_mask_storeu_ps(o + r * ldo + c, lanes(dv - c),
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + r * ldo + c),
+                                            _mm512_set1_ps(scale)));
+  }
+}
+
+/* -- bfloat16 on AMX -------------------------------------------------------------------------
+ * Where q, k and v are all bfloat16 and tilec_cpu_amx(): both block products run on AMX tiles
+ * (bfloat16 operands, float32 accumulation).  The weights p enter p v rounded to bfloat16:
+ * with bfloat16 values the program itself casts softmax(...) to bfloat16 before @ v (a
+ * matmul's operands have one element type), so the rounding is the program's own cast. */
+
+#define PAIRS 32   /* the K of one tile product: 16 pairs of bfloat16 */
+
+/* Every tile 16 rows of 64 bytes: C 16 x 16 float32, A 16 rows of PAIRS, B 16 rows of pairs. */
+static const unsigned char amx_config[64] __attribute__((aligned(64))) = {
+    [0] = 1,
+    [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64, [30] = 64,
+    [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16, [55] = 16};
+
+static AMX void amx_begin(void) { _tile_loadconfig(amx_config); }
+static AMX void amx_end(void) { _tile_release(); }
+
+static int64_t up32(int64_t x) { return (x + 31) / 32 * 32; }
+
+/* qa: the task's query rows, dp (d rounded up to PAIRS) apart, zero past rows and d. */
+static void pack_q(uint16_t* qa, const uint16_t* q, int64_t rows, int64_t d, int64_t dp) {
+  memset(qa, 0, (size_t)(BM * dp) * sizeof(uint16_t));
+  for (int64_t r = 0; r < rows; r++) memcpy(qa + r * dp, q + r * d, (size_t)d * sizeof(uint16_t));
+}
+
+/* kp[w * BN + j]: pair w of key j (elements 2w, 2w + 1), zero past cols and d: the B
+ * operand of q k^T. */
+static AMX void pack_k(uint32_t* kp, const uint16_t* k, int64_t cols, int64_t d, int64_t dp) {
+  for (int64_t j0 = 0; j0 < BN; j0 += 16) {
+    __mmask16 live = cols - j0 >= 16 ? 0xffff : cols <= j0 ? 0 : (1u << (cols - j0)) - 1;
+    int64_t w = 0;
+    if (d % 2 == 0 && live != 0) {
+      __m512i index = _mm512_mullo_epi32(
+          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+          _mm512_set1_epi32((int)(d / 2)));
+      const int* base = (const int*)(k + j0 * d);
+      for (; w < d / 2; w++)
+        _mm512_storeu_si512(kp + w * BN + j0, _mm512_mask_i32gather_epi32(
+                                                 _mm512_setzero_si512(), live, index, base + w, 4));
+    }
+    for (; w < dp / 2; w++)
+      for (int64_t j = j0; j < j0 + 16; j++) {
+        uint32_t lo = j < cols && 2 * w < d ? k[j * d + 2 * w] : 0;
+        uint32_t hi = j < cols && 2 * w + 1 < d ? k[j * d + 2 * w + 1] : 0;
+        kp[w * BN + j] = lo | hi << 16;
+      }
+  }
+}
+
+/* vp[w * dvp + c]: column c of values 2w and 2w + 1, zero past cols and dv: the B operand of
+ * p v. */
+static AMX void pack_v(uint32_t* vp, const uint16_t* v, int64_t cols, int64_t dv, int64_t dvp) {
+  for (int64_t w = 0; w < BN / 2; w++) {
+    const uint16_t *a = v + 2 * w * dv, *b = a + dv;
+    uint32_t* out = vp + w * dvp;
+    int64_t c = 0;
+    if (2 * w + 1 < cols)
+      for (; c + 16 <= dv; c += 16) {
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(a + c)));
+        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(b + c)));
+        _mm512_storeu_si512(out + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    for (; c < dvp; c++) {
+      uint32_t lo = 2 * w < cols && c < dv ? a[c] : 0;
+      uint32_t hi = 2 * w + 1 < cols && c < dv ? b[c] : 0;
+      out[c] = lo | hi << 16;
+    }
+  }
+}
+
+/* s[i * ld + j] = q_i . k_j for rows and cols rounded up to 32 (both at most BM, BN). */
+static AMX void scores_amx(const uint16_t* qa, const uint32_t* kp, float* s, int64_t ld,
+                           int64_t rows, int64_t cols, int64_t dp) {
+  int64_t stride = ld * (int64_t)sizeof(float), qstride = dp * (int64_t)sizeof(uint16_t);
+  for (int64_t i0 = 0; i0 < rows; i0 += 32)
+    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t c = 0; c < dp; c += PAIRS) {
+        _tile_loadd(4, qa + i0 * dp + c, qstride);
+        _tile_loadd(5, qa + (i0 + 16) * dp + c, qstride);
+        _tile_loadd(6, kp + c / 2 * BN + j0, BN * 4);
+        _tile_loadd(7, kp + c / 2 * BN + j0 + 16, BN * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, s + i0 * ld + j0, stride);
+      _tile_stored(1, s + i0 * ld + j0 + 16, stride);
+      _tile_stored(2, s + (i0 + 16) * ld + j0, stride);
+      _tile_stored(3, s + (i0 + 16) * ld + j0 + 16, stride);
+    }
+}
+
+/* o[i * dvp + c] += sum_j pa[i * BN + j] vp(j, c) for rows and cols rounded up to 32. */
+static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int64_t rows,
+                           int64_t cols, int64_t dvp) {
+  int64_t stride = dvp * (int64_t)sizeof(float), vstride = dvp * (int64_t)sizeof(uint32_t);
+  for (int64_t i0 = 0; i0 < rows; i0 += 32)
+    for (int64_t c0 = 0; c0 < dvp; c0 += 32) {
+      float* out = o + i0 * dvp + c0;
+      _tile_loadd(0, out, stride);
+      _tile_loadd(1, out + 16, stride);
+      _tile_loadd(2, out + 16 * dvp, stride);
+      _tile_loadd(3, out + 16 * dvp + 16, stride);
+      for (int64_t j = 0; j < cols; j += PAIRS) {
+        _tile_loadd(4, pa + i0 * BN + j, BN * 2);
+        _tile_loadd(5, pa + (i0 + 16) * BN + j, BN * 2);
+        _tile_loadd(6, vp + j / 2 * dvp + c0, vstride);
+        _tile_loadd(7, vp + j / 2 * dvp + c0 + 16, vstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, out, stride);
+      _tile_stored(1, out + 16, stride);
+      _tile_stored(2, out + 16 * dvp, stride);
+      _tile_stored(3, out + 16 * dvp + 16, stride);
+    }
+}
+
+/* pa = sb rounded to bfloat16, rows of BN. */
+static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
+  for (int64_t i = 0; i < rows * BN; i += 16)
+    _mm256_storeu_si256((__m256i*)(pa + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
+}
+
+/* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
+static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, int64_t row0,
+                         int64_t rows, int64_t k_base, int64_t v_base, int64_t first,
+                         int64_t last) {
+  int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv);
+  pack_q(x->qa, (const uint16_t*)p->q + row0 * d, rows, d, dp);
+  memset(x->pa, 0, BM * BN * sizeof(uint16_t));
+  for (int64_t j0 = first; j0 < last; j0 += BN) {
+    int64_t cols = last - j0 < BN ? last - j0 : BN;
+    pack_k(x->kp, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
+    pack_v(x->vp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv, dvp);
+    float* scores = x->scores + j0;
+    if (cols == BN) {
+      scores_amx(x->qa, x->kp, scores, p->t, rows, cols, dp);
+    } else {    /* a whole tile would run past the row */
+      scores_amx(x->qa, x->kp, x->st, BN, rows, cols, dp);
+      for (int64_t r = 0; r < rows; r++)
+        memcpy(scores + r * p->t, x->st + r * BN, (size_t)cols * sizeof(float));
+    }
+    p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
+    online_softmax_v4(scores, p->t, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
+    to_bf16(x->pa, x->sb, rows);
+    values_amx(x->pa, x->vp, x->o, rows, cols, dvp);
+  }
+}
+
 /* -- a task --------------------------------------------------------------------------------- */
 
 /* The grid rows [row0, row0 + rows) of row block ``block``, and the last query index (within
@@ -315,23 +532,13 @@ static void locate(const Attention* a, int64_t block, int64_t* row0, int64_t* ro
   *last_row = first % s + *rows <= s ? first % s + *rows - 1 : s - 1;
 }
 
-static void run_task(const Attention* a, int64_t task, Scratch* x) {
-  const tilec_attention_problem* p = a->p;
-  int64_t split = task % a->splits, block = task / a->splits;
-  int64_t row0, rows, last_row;
+/* The key blocks [first, last) of the task's rows on float32 FMA tiles; o is rows of dv. */
+static void keys_fma(const tilec_attention_problem* p, Scratch* x, int64_t row0, int64_t rows,
+                     int64_t k_base, int64_t v_base, int64_t first, int64_t last) {
   int v4 = tilec_cpu_level() >= 4;
-  locate(a, block, &row0, &rows, &last_row);
-  int64_t k_base, v_base;
-  kv_offsets(p, row0 / p->s, &k_base, &v_base);
   widen(x->q, at(p->q, p->q_dtype, row0 * p->d), p->q_dtype, rows * p->d);
   for (int64_t c = 0; c < p->d; c++)
     for (int64_t i = 0; i < BM; i++) x->qt[c * BM + i] = i < rows ? x->q[i * p->d + c] : 0.0f;
-  for (int64_t r = 0; r < rows; r++) x->m[r] = -INFINITY, x->l[r] = 0.0f;
-  memset(x->o, 0, (size_t)(rows * p->dv) * sizeof(float));
-  int64_t first = split * a->keys_per_split;
-  int64_t last = first + a->keys_per_split < p->t ? first + a->keys_per_split : p->t;
-  if (p->causal && last > last_row + p->diagonal + 1)
-    last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
   for (int64_t j0 = first; j0 < last; j0 += BN) {
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     const float* kb = (const float*)at(p->k, p->k_dtype, k_base + j0 * p->d);
@@ -348,21 +555,46 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
     for (int64_t r = 0; r < rows; r++)
       for (int64_t j = 0; j < cols; j++) scores[r * p->t + j] = x->st[j * BM + r];
     p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
-    online_softmax(scores, p->t, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
+    if (v4)
+      online_softmax_v4(scores, p->t, x->sb, x->m, x->l, x->o, p->dv, rows, cols, p->dv);
+    else
+      online_softmax(scores, p->t, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
     block_values(x->sb, vb, x->o, rows, cols, p->dv,
                  v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
   }
+}
+
+static void run_task(const Attention* a, int64_t task, Scratch* x) {
+  const tilec_attention_problem* p = a->p;
+  int64_t split = task % a->splits, block = task / a->splits;
+  int64_t row0, rows, last_row, dv = p->dv;
+  locate(a, block, &row0, &rows, &last_row);
+  int64_t k_base, v_base;
+  kv_offsets(p, row0 / p->s, &k_base, &v_base);
+  for (int64_t r = 0; r < rows; r++) x->m[r] = -INFINITY, x->l[r] = 0.0f;
+  memset(x->o, 0, (size_t)(BM * up32(dv)) * sizeof(float));
+  int64_t first = split * a->keys_per_split;
+  int64_t last = first + a->keys_per_split < p->t ? first + a->keys_per_split : p->t;
+  if (p->causal && last > last_row + p->diagonal + 1)
+    last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
+  if (a->amx) {
+    keys_amx(p, x, row0, rows, k_base, v_base, first, last);
+    for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
+      memmove(x->o + r * dv, x->o + r * up32(dv), (size_t)dv * sizeof(float));
+  } else {
+    keys_fma(p, x, row0, rows, k_base, v_base, first, last);
+  }
   if (a->splits > 1) {
-    float* out = a->partial + task * BM * (p->dv + 2);
-    memcpy(out, x->o, (size_t)(rows * p->dv) * sizeof(float));
-    memcpy(out + BM * p->dv, x->m, (size_t)rows * sizeof(float));
-    memcpy(out + BM * p->dv + BM, x->l, (size_t)rows * sizeof(float));
+    float* out = a->partial + task * BM * (dv + 2);
+    memcpy(out, x->o, (size_t)(rows * dv) * sizeof(float));
+    memcpy(out + BM * dv, x->m, (size_t)rows * sizeof(float));
+    memcpy(out + BM * dv + BM, x->l, (size_t)rows * sizeof(float));
     return;
   }
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < p->dv; c++) x->o[r * p->dv + c] /= x->l[r];
-  narrow((char*)p->out + row0 * p->dv * element_bytes(p->out_dtype), x->o, p->out_dtype,
-         rows * p->dv);
+    for (int64_t c = 0; c < dv; c++) x->o[r * dv + c] /= x->l[r];
+  narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), x->o, p->out_dtype,
+         rows * dv);
 }
 
 /* Combine the splits of row block ``block`` in split order. */
@@ -391,8 +623,9 @@ static void combine(const Attention* a, int64_t block, float* o) {
 }
 
 static int64_t scratch_floats(const tilec_attention_problem* p) {
-  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * p->dv + 2 * BM
-         + BM * p->t;
+  int64_t dp = up32(p->d), dvp = up32(p->dv);
+  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * dvp + 2 * BM + BM * p->t
+         + BM * dp / 2 + dp / 2 * BN + BN / 2 * dvp + BM * BN / 2;
 }
 
 static Scratch carve(const tilec_attention_problem* p, float* f) {
@@ -403,9 +636,13 @@ static Scratch carve(const tilec_attention_problem* p, float* f) {
   x.vb = f, f += BN * p->dv;
   x.st = f, f += BM * BN;
   x.sb = f, f += BM * BN;
-  x.o = f, f += BM * p->dv;
+  x.o = f, f += BM * up32(p->dv);
   x.m = f, f += BM;
   x.l = f, f += BM;
+  x.qa = (uint16_t*)f, f += BM * up32(p->d) / 2;
+  x.kp = (uint32_t*)f, f += up32(p->d) / 2 * BN;
+  x.vp = (uint32_t*)f, f += BN / 2 * up32(p->dv);
+  x.pa = (uint16_t*)f, f += BM * BN / 2;
   x.scores = f;
   return x;
 }
@@ -415,7 +652,9 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
   float* f = (float*)tilec_alloc(scratch_floats(a->p) * (int64_t)sizeof(float));
   if (f == NULL) return;    /* checked by the caller beforehand: see tilec_attention */
   Scratch x = carve(a->p, f);
+  if (a->amx) amx_begin();
   for (int64_t task = first; task < last; task++) run_task(a, task, &x);
+  if (a->amx) amx_end();
   tilec_free(f);
 }
 
@@ -429,7 +668,9 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 
 int tilec_attention(const tilec_attention_problem* p) {
   if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
-  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL};
+  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0};
+  a.amx = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
+          && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
        axis--)
     a.share *= p->extents[axis];
