@@ -59,13 +59,30 @@ static V3 void widen(float* dst, const void* src, int dtype, int64_t n) {
   }
 }
 
+/* tilec_f32_to_bf16 on 16 lanes: round to nearest even, NaN kept quiet. */
+static V4 int64_t narrow_bf16_v4(uint16_t* d, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = _mm512_loadu_ps(src + i);
+    __m512i u = _mm512_castps_si512(x), high = _mm512_srli_epi32(u, 16);
+    __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+                              _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtepi32_epi16(r));
+  }
+  return i;
+}
+
 static void narrow(void* dst, const float* src, int dtype, int64_t n) {
   uint16_t* d = (uint16_t*)dst;
   if (dtype == TILEC_ATTENTION_F32) {
     memcpy(dst, src, (size_t)n * sizeof(float));
     return;
   }
-  for (int64_t i = 0; i < n; i++)
+  int64_t i = dtype == TILEC_ATTENTION_BF16 && tilec_cpu_level() >= 4 ? narrow_bf16_v4(d, src, n) : 0;
+  for (; i < n; i++)
     d[i] = dtype == TILEC_ATTENTION_F16 ? tilec_f32_to_f16(src[i]) : tilec_f32_to_bf16(src[i]);
 }
 
@@ -345,7 +362,7 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
       memset(w, 0, BN * sizeof(float));
       continue;
     }
-    float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top);
+    float scale = m[r] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[r] - top)));
     __m512 vtop = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < BN; j += 16) {
       __mmask16 live = lanes(cols - j);
@@ -361,6 +378,15 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + r * ldo + c),
                                             _mm512_set1_ps(scale)));
   }
+}
+
+/* The kernel's scores function over a block of rows x cols raw scores (rows BN apart), one
+ * row a call: it writes its result t apart, so a row at a time keeps the block contiguous (a
+ * block t apart put its rows in one cache set where t * 4 is a multiple of 4 KiB). */
+static void block_epilogue(const tilec_attention_problem* p, float* scores, int64_t row0,
+                           int64_t rows, int64_t j0, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++)
+    p->scores(p->ctx, scores + r * BN, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
 }
 
 /* -- bfloat16 on AMX -------------------------------------------------------------------------
@@ -505,16 +531,9 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, int64_t r
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     pack_k(x->kp, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
     pack_v(x->vp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv, dvp);
-    float* scores = x->scores + j0;
-    if (cols == BN) {
-      scores_amx(x->qa, x->kp, scores, p->t, rows, cols, dp);
-    } else {    /* a whole tile would run past the row */
-      scores_amx(x->qa, x->kp, x->st, BN, rows, cols, dp);
-      for (int64_t r = 0; r < rows; r++)
-        memcpy(scores + r * p->t, x->st + r * BN, (size_t)cols * sizeof(float));
-    }
-    p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
-    online_softmax_v4(scores, p->t, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
+    scores_amx(x->qa, x->kp, x->scores, BN, rows, cols, dp);
+    block_epilogue(p, x->scores, row0, rows, j0, cols);
+    online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
     to_bf16(x->pa, x->sb, rows);
     values_amx(x->pa, x->vp, x->o, rows, cols, dvp);
   }
@@ -551,14 +570,13 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, int64_t row0,
       block_scores_v4(x->qt, kb, x->st, cols, p->d, (rows + 31) / 32 * 32);
     else
       block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
-    float* scores = x->scores + j0;
     for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < cols; j++) scores[r * p->t + j] = x->st[j * BM + r];
-    p->scores(p->ctx, scores, p->t, row0, row0 + rows, j0, j0 + cols);
+      for (int64_t j = 0; j < cols; j++) x->scores[r * BN + j] = x->st[j * BM + r];
+    block_epilogue(p, x->scores, row0, rows, j0, cols);
     if (v4)
-      online_softmax_v4(scores, p->t, x->sb, x->m, x->l, x->o, p->dv, rows, cols, p->dv);
+      online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, p->dv, rows, cols, p->dv);
     else
-      online_softmax(scores, p->t, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
+      online_softmax(x->scores, BN, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
     block_values(x->sb, vb, x->o, rows, cols, p->dv,
                  v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
   }
@@ -591,8 +609,10 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
     memcpy(out + BM * dv + BM, x->l, (size_t)rows * sizeof(float));
     return;
   }
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < dv; c++) x->o[r * dv + c] /= x->l[r];
+  for (int64_t r = 0; r < rows; r++) {
+    float inverse = 1.0f / x->l[r];    /* 0 keys: 0 * inf = NaN, as 0 / 0 */
+    for (int64_t c = 0; c < dv; c++) x->o[r * dv + c] *= inverse;
+  }
   narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), x->o, p->out_dtype,
          rows * dv);
 }
@@ -624,7 +644,7 @@ static void combine(const Attention* a, int64_t block, float* o) {
 
 static int64_t scratch_floats(const tilec_attention_problem* p) {
   int64_t dp = up32(p->d), dvp = up32(p->dv);
-  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * dvp + 2 * BM + BM * p->t
+  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * dvp + 2 * BM + BM * BN
          + BM * dp / 2 + dp / 2 * BN + BN / 2 * dvp + BM * BN / 2;
 }
 

@@ -9,7 +9,7 @@
  * masks), applied in place to a block of raw scores.
  * Out: the output, computed per block of query rows and block of keys with an online softmax
  * (running max and sum in float32, the accumulator rescaled), never more than one block of
- * scores per thread; key blocks entirely above a causal diagonal are skipped; with few query
+ * scores per thread (its scratch does not grow with s or t); key blocks entirely above a causal diagonal are skipped; with few query
  * blocks (decode) the key axis is split across threads and the partial results combined.
  */
 #ifndef TILEC_CPU_ATTENTION_H
@@ -23,7 +23,8 @@ enum { TILEC_ATTENTION_F32 = 0, TILEC_ATTENTION_F16 = 1, TILEC_ATTENTION_BF16 = 
 
 /* The raw scores of query rows [row_begin, row_end) (rows of the grid: b * s + i) and keys
  * [col_begin, col_end), element (r, j) at acc[(r - row_begin) * ld + j - col_begin], replaced
- * by the values the softmax reads; ld is always t. */
+ * by the values the softmax reads; ld is always t (the result is written t apart), so the
+ * runtime calls it one row at a time on its own block of rows BN apart. */
 typedef void (*tilec_attention_scores)(void* ctx, float* acc, int64_t ld, int64_t row_begin,
                                        int64_t row_end, int64_t col_begin, int64_t col_end);
 
