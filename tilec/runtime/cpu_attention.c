@@ -383,10 +383,11 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
 /* The kernel's scores function over a block of rows x cols raw scores (rows BN apart), one
  * row a call: it writes its result t apart, so a row at a time keeps the block contiguous (a
  * block t apart put its rows in one cache set where t * 4 is a multiple of 4 KiB). */
-static void block_epilogue(const tilec_attention_problem* p, float* scores, int64_t row0,
-                           int64_t rows, int64_t j0, int64_t cols) {
+static void block_epilogue(const tilec_attention_problem* p, const float* raw, float* scores,
+                           int64_t row0, int64_t rows, int64_t j0, int64_t cols) {
   for (int64_t r = 0; r < rows; r++)
-    p->scores(p->ctx, scores + r * BN, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
+    p->scores(p->ctx, raw + r * BN, scores + r * BN, p->t, row0 + r, row0 + r + 1, j0,
+              j0 + cols);
 }
 
 /* -- bfloat16 on AMX -------------------------------------------------------------------------
@@ -531,8 +532,8 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, int64_t r
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     pack_k(x->kp, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
     pack_v(x->vp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv, dvp);
-    scores_amx(x->qa, x->kp, x->scores, BN, rows, cols, dp);
-    block_epilogue(p, x->scores, row0, rows, j0, cols);
+    scores_amx(x->qa, x->kp, x->st, BN, rows, cols, dp);
+    block_epilogue(p, x->st, x->scores, row0, rows, j0, cols);
     online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
     to_bf16(x->pa, x->sb, rows);
     values_amx(x->pa, x->vp, x->o, rows, cols, dvp);
@@ -571,8 +572,8 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, int64_t row0,
     else
       block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
     for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < cols; j++) x->scores[r * BN + j] = x->st[j * BM + r];
-    block_epilogue(p, x->scores, row0, rows, j0, cols);
+      for (int64_t j = 0; j < cols; j++) x->sb[r * BN + j] = x->st[j * BM + r];
+    block_epilogue(p, x->sb, x->scores, row0, rows, j0, cols);
     if (v4)
       online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, p->dv, rows, cols, p->dv);
     else
