@@ -19,6 +19,7 @@ import pytest
 from conftest import OPS
 
 import tilec
+from tilec.cli import main
 from tilec.diagnostics import DiagnosticSink
 from tilec.dialect import KERNEL_ATTR, make_context
 from tilec.driver import CompileOptions, kernel_module
@@ -131,6 +132,58 @@ def test_decode_splits_the_keys_across_threads(lib):
         rand((1, 1, 1, 4000, 128), BF16)
     agrees(lib, "causal_gqa", q, k, v)
     agrees(lib, "plain", rand((1, 1, 128)), rand((1, 4000, 128)), rand((1, 4000, 128)))
+
+
+# posix_memalign (tilec_alloc's) failing from TILEC_TEST_ALLOC_LIMIT bytes up: NumPy and
+# Python allocate with malloc, so only the runtime's blocks fail
+_FAILING_ALLOC = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+int posix_memalign(void** p, size_t align, size_t size) {
+  static int (*real)(void**, size_t, size_t);
+  const char* limit = getenv("TILEC_TEST_ALLOC_LIMIT");
+  if (limit != NULL && size >= strtoull(limit, NULL, 10)) return ENOMEM;
+  if (real == NULL) real = (int (*)(void**, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+  return real(p, align, size);
+}
+"""
+_CALL_OUT_OF_MEMORY = """
+import sys, numpy as np, tilec
+sys.path.insert(0, sys.argv[2])
+import test_attention as t
+lib = tilec.load(sys.argv[1])
+for name, q, kv in (("plain", (2, 300, 128), (2, 300, 128)),
+                    ("causal_gqa", (1, 1, 2, 300, 128), (1, 1, 1, 300, 128))):
+    dtype = np.float32 if name == "plain" else t.BF16
+    try:
+        getattr(lib, name)(t.rand(q, dtype), t.rand(kv, dtype), t.rand(kv, dtype))
+    except RuntimeError as e:
+        print(name, e)
+    else:
+        print(name, "returned")
+"""
+
+
+def test_out_of_memory_for_the_scratch_raises(tmp_path):
+    """A thread that cannot allocate its scratch makes the call fail with a message, never
+    return an output left unwritten."""
+    shim = tmp_path / "failing_alloc.so"
+    (tmp_path / "failing_alloc.c").write_text(_FAILING_ALLOC)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "failing_alloc.c"),
+                    "-ldl"], check=True)
+    source = tmp_path / "attention.tile"
+    source.write_text(SOURCE)
+    library = tmp_path / "attention.so"
+    assert main([str(source), "-o", str(library)]) == 0
+    env = dict(os.environ, LD_PRELOAD=str(shim), TILEC_TEST_ALLOC_LIMIT="100000")
+    done = subprocess.run([sys.executable, "-c", _CALL_OUT_OF_MEMORY, str(library),
+                           os.path.dirname(__file__)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("plain", "causal_gqa"):
+        assert f"{name} attention: out of memory for a thread's scratch" in done.stdout
 
 
 def _plan(source: str, target: str = "cpu", sink: DiagnosticSink | None = None) -> dict:

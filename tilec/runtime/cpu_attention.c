@@ -35,6 +35,7 @@ typedef struct {
   int64_t share, unit_rows, row_blocks, splits, keys_per_split;
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
   int amx;        /* bfloat16 q, k, v on AMX tiles (keys_amx) */
+  int failed;     /* a thread could not allocate its scratch */
 } Attention;
 
 /* -- conversions ---------------------------------------------------------------------------- */
@@ -141,8 +142,18 @@ static const char* at(const void* base, int dtype, int64_t offset) {
 typedef struct {
   float *q, *qt, *kb, *vb, *st, *sb, *o, *m, *l, *scores;   /* per-thread scratch */
   uint16_t *qa, *pa;   /* AMX's A operands (bfloat16): the queries, the weights */
-  uint32_t *kp, *vp;   /* AMX's B operands (bfloat16 pairs): the keys, the values */
+  /* AMX: the key and value blocks of one split of one key head, packed when first read and
+   * kept while the thread's tasks read that head (every row block of a unit reads them) */
+  uint32_t *kc, *vc;
+  unsigned char* ready;   /* per block of BN keys: packed */
+  int64_t cached[3];      /* k_base, v_base, first key of what kc, vc hold */
 } Scratch;
+
+/* What a task reads: its grid rows [row0, row0 + rows), their key head's offsets, the keys
+ * [first, last) it computes of its split [first, end). */
+typedef struct {
+  int64_t row0, rows, k_base, v_base, first, last, end;
+} Span;
 
 /* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to 4) and all BM queries, from the
  * queries transposed (qt[c][i], zero past the task's rows) and the keys' rows (kb[j][c]). */
@@ -522,21 +533,39 @@ static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
 }
 
 /* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
-static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, int64_t row0,
-                         int64_t rows, int64_t k_base, int64_t v_base, int64_t first,
-                         int64_t last) {
+/* The packed keys and values of block [j0, j0 + BN) of the split [first, end) of key head
+ * (k_base, v_base): packed now unless this thread's cache holds them. */
+static void packed_block(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                         int64_t j0, uint32_t** kp, uint32_t** vp) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv);
+  int64_t key[3] = {w->k_base, w->v_base, w->first}, block = (j0 - w->first) / BN;
+  if (memcmp(key, x->cached, sizeof key) != 0) {
+    memcpy(x->cached, key, sizeof key);
+    memset(x->ready, 0, (size_t)((w->end - w->first + BN - 1) / BN));
+  }
+  *kp = x->kc + block * (dp / 2) * BN;
+  *vp = x->vc + block * (BN / 2) * dvp;
+  if (x->ready[block]) return;
+  int64_t cols = w->end - j0 < BN ? w->end - j0 : BN;   /* all of them, whatever this task reads */
+  pack_k(*kp, (const uint16_t*)p->k + w->k_base + j0 * d, cols, d, dp);
+  pack_v(*vp, (const uint16_t*)p->v + w->v_base + j0 * dv, cols, dv, dvp);
+  x->ready[block] = 1;
+}
+
+/* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
+static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), row0 = w->row0, rows = w->rows;
   pack_q(x->qa, (const uint16_t*)p->q + row0 * d, rows, d, dp);
   memset(x->pa, 0, BM * BN * sizeof(uint16_t));
-  for (int64_t j0 = first; j0 < last; j0 += BN) {
-    int64_t cols = last - j0 < BN ? last - j0 : BN;
-    pack_k(x->kp, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
-    pack_v(x->vp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv, dvp);
-    scores_amx(x->qa, x->kp, x->st, BN, rows, cols, dp);
+  for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
+    int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+    uint32_t *kp, *vp;
+    packed_block(p, x, w, j0, &kp, &vp);
+    scores_amx(x->qa, kp, x->st, BN, rows, cols, dp);
     block_epilogue(p, x->st, x->scores, row0, rows, j0, cols);
     online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
     to_bf16(x->pa, x->sb, rows);
-    values_amx(x->pa, x->vp, x->o, rows, cols, dvp);
+    values_amx(x->pa, vp, x->o, rows, cols, dvp);
   }
 }
 
@@ -553,8 +582,9 @@ static void locate(const Attention* a, int64_t block, int64_t* row0, int64_t* ro
 }
 
 /* The key blocks [first, last) of the task's rows on float32 FMA tiles; o is rows of dv. */
-static void keys_fma(const tilec_attention_problem* p, Scratch* x, int64_t row0, int64_t rows,
-                     int64_t k_base, int64_t v_base, int64_t first, int64_t last) {
+static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  int64_t row0 = w->row0, rows = w->rows, k_base = w->k_base, v_base = w->v_base;
+  int64_t first = w->first, last = w->last;
   int v4 = tilec_cpu_level() >= 4;
   widen(x->q, at(p->q, p->q_dtype, row0 * p->d), p->q_dtype, rows * p->d);
   for (int64_t c = 0; c < p->d; c++)
@@ -585,23 +615,23 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, int64_t row0,
 
 static void run_task(const Attention* a, int64_t task, Scratch* x) {
   const tilec_attention_problem* p = a->p;
-  int64_t split = task % a->splits, block = task / a->splits;
-  int64_t row0, rows, last_row, dv = p->dv;
-  locate(a, block, &row0, &rows, &last_row);
-  int64_t k_base, v_base;
-  kv_offsets(p, row0 / p->s, &k_base, &v_base);
+  int64_t split = task % a->splits, block = task / a->splits, last_row, dv = p->dv;
+  Span w;
+  locate(a, block, &w.row0, &w.rows, &last_row);
+  int64_t row0 = w.row0, rows = w.rows;
+  kv_offsets(p, row0 / p->s, &w.k_base, &w.v_base);
   for (int64_t r = 0; r < rows; r++) x->m[r] = -INFINITY, x->l[r] = 0.0f;
   memset(x->o, 0, (size_t)(BM * up32(dv)) * sizeof(float));
-  int64_t first = split * a->keys_per_split;
-  int64_t last = first + a->keys_per_split < p->t ? first + a->keys_per_split : p->t;
-  if (p->causal && last > last_row + p->diagonal + 1)
-    last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
+  w.first = split * a->keys_per_split;
+  w.end = w.last = w.first + a->keys_per_split < p->t ? w.first + a->keys_per_split : p->t;
+  if (p->causal && w.last > last_row + p->diagonal + 1)
+    w.last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
   if (a->amx) {
-    keys_amx(p, x, row0, rows, k_base, v_base, first, last);
+    keys_amx(p, x, &w);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
       memmove(x->o + r * dv, x->o + r * up32(dv), (size_t)dv * sizeof(float));
   } else {
-    keys_fma(p, x, row0, rows, k_base, v_base, first, last);
+    keys_fma(p, x, &w);
   }
   if (a->splits > 1) {
     float* out = a->partial + task * BM * (dv + 2);
@@ -643,13 +673,18 @@ static void combine(const Attention* a, int64_t block, float* o) {
   narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), o, p->out_dtype, rows * dv);
 }
 
-static int64_t scratch_floats(const tilec_attention_problem* p) {
-  int64_t dp = up32(p->d), dvp = up32(p->dv);
-  return 2 * BM * p->d + BN * p->d + BN * p->dv + 2 * BM * BN + BM * dvp + 2 * BM + BM * BN
-         + BM * dp / 2 + dp / 2 * BN + BN / 2 * dvp + BM * BN / 2;
+/* Blocks of BN keys in one split (the AMX cache of a thread holds one split's). */
+static int64_t split_blocks(const Attention* a) { return (a->keys_per_split + BN - 1) / BN; }
+
+static int64_t scratch_floats(const Attention* a) {
+  const tilec_attention_problem* p = a->p;
+  int64_t dp = up32(p->d), dvp = up32(p->dv), blocks = a->amx ? split_blocks(a) : 0;
+  return 2 * BM * p->d + BN * p->d + BN * p->dv + 3 * BM * BN + BM * dvp + 2 * BM
+         + BM * dp / 2 + BM * BN / 2 + blocks * (dp / 2 * BN + BN / 2 * dvp + 1);
 }
 
-static Scratch carve(const tilec_attention_problem* p, float* f) {
+static Scratch carve(const Attention* a, float* f) {
+  const tilec_attention_problem* p = a->p;
   Scratch x;
   x.q = f, f += BM * p->d;
   x.qt = f, f += BM * p->d;
@@ -657,22 +692,33 @@ static Scratch carve(const tilec_attention_problem* p, float* f) {
   x.vb = f, f += BN * p->dv;
   x.st = f, f += BM * BN;
   x.sb = f, f += BM * BN;
+  x.scores = f, f += BM * BN;
   x.o = f, f += BM * up32(p->dv);
   x.m = f, f += BM;
   x.l = f, f += BM;
   x.qa = (uint16_t*)f, f += BM * up32(p->d) / 2;
-  x.kp = (uint32_t*)f, f += up32(p->d) / 2 * BN;
-  x.vp = (uint32_t*)f, f += BN / 2 * up32(p->dv);
   x.pa = (uint16_t*)f, f += BM * BN / 2;
-  x.scores = f;
+  int64_t blocks = a->amx ? split_blocks(a) : 0;
+  x.kc = (uint32_t*)f, f += blocks * up32(p->d) / 2 * BN;
+  x.vc = (uint32_t*)f, f += blocks * BN / 2 * up32(p->dv);
+  x.ready = (unsigned char*)f;
+  x.cached[0] = x.cached[1] = x.cached[2] = -1;
   return x;
+}
+
+/* Out of memory in a pool thread: recorded for tilec_attention to report. */
+static void failed(const Attention* a) {
+  __atomic_store_n(&((Attention*)a)->failed, 1, __ATOMIC_RELAXED);
 }
 
 static void tasks(void* ctx, int64_t first, int64_t last) {
   const Attention* a = (const Attention*)ctx;
-  float* f = (float*)tilec_alloc(scratch_floats(a->p) * (int64_t)sizeof(float));
-  if (f == NULL) return;    /* checked by the caller beforehand: see tilec_attention */
-  Scratch x = carve(a->p, f);
+  float* f = (float*)tilec_alloc(scratch_floats(a) * (int64_t)sizeof(float));
+  if (f == NULL) {
+    failed(a);
+    return;
+  }
+  Scratch x = carve(a, f);
   if (a->amx) amx_begin();
   for (int64_t task = first; task < last; task++) run_task(a, task, &x);
   if (a->amx) amx_end();
@@ -682,14 +728,17 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
 static void combines(void* ctx, int64_t first, int64_t last) {
   const Attention* a = (const Attention*)ctx;
   float* o = (float*)tilec_alloc(BM * a->p->dv * (int64_t)sizeof(float));
-  if (o == NULL) return;
+  if (o == NULL) {
+    failed(a);
+    return;
+  }
   for (int64_t block = first; block < last; block++) combine(a, block, o);
   tilec_free(o);
 }
 
-int tilec_attention(const tilec_attention_problem* p) {
-  if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
-  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0};
+/* The unit, row blocks and decode splits of problem p. */
+static Attention plan(const tilec_attention_problem* p) {
+  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0};
   a.amx = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
           && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
@@ -704,20 +753,25 @@ int tilec_attention(const tilec_attention_problem* p) {
     a.keys_per_split = (p->t / a.splits + BN - 1) / BN * BN;
     a.splits = (p->t + a.keys_per_split - 1) / a.keys_per_split;
   }
-  /* the scratch of one thread, tried once here so that the pool's threads can count on it */
-  void* probe = tilec_alloc(scratch_floats(p) * (int64_t)sizeof(float));
-  if (a.splits > 1)
+  return a;
+}
+
+int tilec_attention(const tilec_attention_problem* p) {
+  if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
+  Attention a = plan(p);
+  int64_t blocks = p->batch / a.share * a.row_blocks;
+  if (a.splits > 1) {
     a.partial = (float*)tilec_alloc(blocks * a.splits * BM * (p->dv + 2) * (int64_t)sizeof(float));
-  if (probe == NULL || (a.splits > 1 && a.partial == NULL)) {
-    tilec_free(probe);
-    return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for its scratch blocks");
+    if (a.partial == NULL)
+      return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for its split results");
   }
-  tilec_free(probe);
   int64_t flops = 4 * p->s * (p->t > 0 ? p->t : 1) * (p->d + p->dv);
   tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
-  if (a.splits > 1) {
-    tilec_parallel_for(blocks, flops, combines, &a);
-    tilec_free(a.partial);
-  }
+  if (a.splits > 1 && !a.failed) tilec_parallel_for(blocks, flops, combines, &a);
+  tilec_free(a.partial);
+  if (a.failed)
+    return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for a thread's scratch "
+                      "(%lld bytes): the output is not written",
+                      (long long)(scratch_floats(&a) * (int64_t)sizeof(float)));
   return TILEC_OK;
 }
