@@ -25,7 +25,7 @@
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
-#define BN 64           /* keys per block (a multiple of 16) */
+#define BN 128          /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
 
 typedef struct {

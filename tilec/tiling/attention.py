@@ -25,7 +25,7 @@ from ..mlir import func, ir
 
 ATTENTION = "attention"
 DTYPES = ("float32", "float16", "bfloat16")
-BLOCK_M, BLOCK_N = 64, 64      # the runtime's blocks (cpu_attention.c: BM, BN)
+BLOCK_M, BLOCK_N = 64, 128     # the runtime's blocks (cpu_attention.c: BM, BN)
 SCORES = "__scores"
 
 
