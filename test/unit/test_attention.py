@@ -125,6 +125,30 @@ def test_additive_bias(lib, s, t):
            rand((2, s, t)))
 
 
+RESHAPED = """
+func gqa_reshaped(q: Tensor<f32>[b, h, s, d], k: Tensor<f32>[b, hk, t, d],
+                  v: Tensor<f32>[b, hk, t, d]) -> Tensor<f32>[b, h, s, d] {
+  let q5 = reshape(q, [b, hk, 3, s, d]);
+  let k5 = reshape(k, [b, hk, 1, t, d]);
+  let scores = q5 @ transpose(k5, [0, 1, 2, 4, 3]) * rsqrt(cast(dim(d), f32));
+  let causal = where(iota([s, t], axis=1) <= iota([s, t], axis=0, start=t - s), scores, -inf);
+  return reshape(softmax(causal, axis=-1) @ reshape(v, [b, hk, 1, t, d]), [b, h, s, d]);
+}
+"""
+
+
+@pytest.mark.parametrize("s,t", [(17, 255), (1, 1000)])
+def test_grouped_query_spelled_with_reshape(s, t):
+    """Keys and values [b, hk, t, d] reshaped to [b, hk, 1, t, d], queries [b, 3 hk, s, d] to
+    [b, hk, 3, s, d]: one attention kernel, matching the reference."""
+    plan = _plan(RESHAPED)["gqa_reshaped"]
+    assert [record for schedule, record in plan if schedule == "attention"] == [
+        {"causal": True, "diagonal": "-s+t"}]
+    lib = tilec.compile_string(RESHAPED, "reshaped.tile")
+    agrees(lib, "gqa_reshaped", rand((2, 6, s, 64)), rand((2, 2, t, 64)), rand((2, 2, t, 64)),
+           source=RESHAPED)
+
+
 def test_decode_splits_the_keys_across_threads(lib):
     """One query row of one head against 4000 keys: the key axis is split (the problem has
     one block of rows); the combined result matches the reference."""

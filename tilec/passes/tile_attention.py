@@ -20,8 +20,10 @@ The pattern, from the second matmul ``M2 = P @ V`` back:
   argument-made value or a broadcast of one;
 - an element-wise epilogue of ``M2`` read by nothing else joins too.
 
-A softmax of a matmul that misses the pattern is left to tile-fuse; the pass says why, at the
-softmax, as a remark (a warning ``tilec --verbose`` shows).  ``causal``
+A softmax of a matmul whose result (through casts) is the left operand of a matmul but
+misses the pattern is left to tile-fuse; the pass says why, at the softmax, as a remark (a
+warning ``tilec --verbose`` shows); one that no matmul reads (a classifier's) is not
+attention and draws no remark.  ``causal``
 is true where a ``where`` mask is ``iota(axis=-1) <= iota(axis=-2, start=t - s)`` (or ``<``,
 ``>=``, ``>`` spelled either way), so the CPU skips key blocks above the diagonal.
 """
@@ -130,7 +132,7 @@ def _match(softmax: ir.Operation) -> Optional[list[ir.Operation]]:
     """The ops of the attention around ``softmax``; None where nothing suggests attention (no
     matmul before it), NearMiss where something is missing."""
     first = _scores_matmul(softmax.operands[0])
-    if first is None:
+    if first is None or not _feeds_a_matmul(softmax.results[0]):
         return None
     if int(ir.IntegerAttr(softmax.attributes["axis"])) != -1:
         raise NearMiss("the softmax is not over the last axis (the keys)")
@@ -143,6 +145,17 @@ def _match(softmax: ir.Operation) -> Optional[list[ir.Operation]]:
     core = [first, *keys, *chain, softmax, *tail, second, *values, *epilogue]
     sides = _sides(chain, set(core))
     return core + sides
+
+
+def _feeds_a_matmul(value: Any) -> bool:
+    """Whether ``value``, through casts, is the left operand of a matmul (``@ v``): without
+    one, a softmax of a matmul is a classifier's, not a near-miss of attention."""
+    for use in value.uses:
+        user = use.owner.operation
+        if user.name == "tile.matmul" and user.operands[0] == value or \
+                user.name == "tile.cast" and _feeds_a_matmul(user.results[0]):
+            return True
+    return False
 
 
 def _scores_matmul(value: Any) -> Optional[ir.Operation]:
