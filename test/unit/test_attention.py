@@ -317,3 +317,14 @@ def test_matches_the_reference_on_the_avx2_and_avx512_code(level):
     done = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_bench_measures_peak_extra_memory():
+    """tilec bench --ops attention --memory: the peak resident growth of one call, counted
+    from what the process held before it (64 MiB touched and freed inside shows)."""
+    from tilec.bench.attention import peak_extra_bytes
+    grown = peak_extra_bytes(lambda: np.ones(16 * 2**20, np.float32).sum())
+    if grown is None:
+        pytest.skip("no /proc/self/clear_refs here")
+    assert 60 * 2**20 <= grown < 80 * 2**20
+    assert peak_extra_bytes(lambda: None) < 8 * 2**20

@@ -9,14 +9,19 @@ table: per case the best time of each, tilec's speed-up over SDPA (above 1: tile
 and for decode the bytes of the keys and values per second against a copy's (``np.copyto``
 between preallocated buffers of the same size, bytes read and written).
 
-    tilec bench --ops attention [--long] [--quick] [--repeat N] [--threads N] [-o FILE]
+With ``--memory``, one more call per case measures tilec's peak extra memory: the growth of
+the process's resident set (its peak, reset through ``/proc/self/clear_refs``) beyond what
+it held with the inputs and the preallocated output in memory.
+
+    tilec bench --ops attention [--long] [--quick] [--memory] [--repeat N] [--threads N]
+                                [-o FILE]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import platform
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -57,7 +62,29 @@ def cases(long: bool, quick: bool) -> list[Case]:
     return out + [("decode", 1, t, False, dtype) for t in (4096, 32768) for dtype in DTYPES]
 
 
-def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator) -> dict:
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def peak_extra_bytes(run: Callable[[], Any]) -> Optional[int]:
+    """How far ``run()`` raised the process's resident set above what it held before (its
+    peak, VmHWM, reset first); None where Linux's /proc does not offer it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")      # resets VmHWM to the current VmRSS
+        before = _status_kib("VmRSS")
+        run()
+        return (_status_kib("VmHWM") - before) * 1024
+    except OSError:
+        return None
+
+
+def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator,
+              memory: bool = False) -> dict:
     kind, s, t, causal, dtype = case
     np_dtype, short = DTYPES[dtype]
     group = HEADS // KV_HEADS
@@ -65,7 +92,11 @@ def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator) -> di
     k = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
     v = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
     fn = getattr(lib, f"{'causal' if causal or kind == 'decode' else 'full'}_{short}")
-    row = {"tilec": best(lambda: fn(q, k, v), repeat)}
+    out = np.ones(q.shape, np_dtype)     # written: its pages are resident before the call
+    row = {}
+    if memory:     # the first call: nothing of an earlier one is left to reuse
+        row["extra"] = peak_extra_bytes(lambda: fn(q, k, v, out=out))
+    row["tilec"] = best(lambda: fn(q, k, v, out=out), repeat)
     try:
         import torch
         import torch.nn.functional as F
@@ -103,15 +134,16 @@ def report(rows: list[tuple[Case, dict]]) -> str:
              "is shared: the ratios, measured side by side, count more than the times).", "",
              f"{HEADS} query heads, {KV_HEADS} key/value heads, d = {D}, batch 1.", "",
              "| case | s | t | causal | dtype | tilec ms | SDPA ms | tilec/SDPA speed-up | "
-             "decode GB/s (copy) |",
-             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+             "decode GB/s (copy) | tilec peak extra MiB |",
+             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for (kind, s, t, causal, dtype), row in rows:
         sdpa = row.get("sdpa")
         speed = f"{sdpa / row['tilec']:.2f}x" if sdpa else "-"
         gbps = f"{row['gbps']:.1f} ({row['copy']:.1f})" if "gbps" in row else ""
+        extra = f"{row['extra'] / 2**20:.1f}" if row.get("extra") is not None else ""
         lines.append(f"| {kind} | {s} | {t} | {'yes' if causal else 'no'} | {dtype} | "
                      f"{row['tilec'] * 1e3:.1f} | {sdpa * 1e3 if sdpa else 0:.1f} | {speed} | "
-                     f"{gbps} |")
+                     f"{gbps} | {extra} |")
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +152,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--long", action="store_true", help="add s = t = 16384")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    p.add_argument("--memory", action="store_true",
+                   help="one more call per case: tilec's peak extra memory")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
     p.add_argument("--threads", type=int, default=0,
                    help="threads of both (TILEC_NUM_THREADS, torch.set_num_threads; default: "
@@ -137,7 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     for case in cases(args.long, args.quick):
-        rows.append((case, time_case(lib, case, args.repeat, rng)))
+        rows.append((case, time_case(lib, case, args.repeat, rng, args.memory)))
         print(f"  {case}: {rows[-1][1]}", flush=True)
     text = report(rows)
     print(text)
