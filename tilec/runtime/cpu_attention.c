@@ -23,7 +23,8 @@
 
 #define V3 __attribute__((target("avx2,fma,f16c")))
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
-#define AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define AMX __attribute__(( \
+    target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
@@ -82,7 +83,8 @@ static void narrow(void* dst, const float* src, int dtype, int64_t n) {
     memcpy(dst, src, (size_t)n * sizeof(float));
     return;
   }
-  int64_t i = dtype == TILEC_ATTENTION_BF16 && tilec_cpu_level() >= 4 ? narrow_bf16_v4(d, src, n) : 0;
+  int64_t i = 0;
+  if (dtype == TILEC_ATTENTION_BF16 && tilec_cpu_level() >= 4) i = narrow_bf16_v4(d, src, n);
   for (; i < n; i++)
     d[i] = dtype == TILEC_ATTENTION_F16 ? tilec_f32_to_f16(src[i]) : tilec_f32_to_bf16(src[i]);
 }
@@ -356,7 +358,9 @@ static V4 __m512 exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, y, n);
 }
 
-static __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1; }
+static __mmask16 lanes(int64_t left) {
+  return left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
+}
 
 /* online_softmax on 16 lanes; o's rows ldo apart. */
 static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, float* m, float* l,
@@ -373,11 +377,13 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
       memset(w, 0, BN * sizeof(float));
       continue;
     }
-    float scale = m[r] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[r] - top)));
+    float scale =
+        m[r] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[r] - top)));
     __m512 vtop = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < BN; j += 16) {
       __mmask16 live = lanes(cols - j);
-      __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop)));
+      __m512 e = _mm512_maskz_mov_ps(
+          live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop)));
       _mm512_storeu_ps(w + j, e);
       sum = _mm512_add_ps(sum, e);
     }
@@ -430,7 +436,7 @@ static void pack_q(uint16_t* qa, const uint16_t* q, int64_t rows, int64_t d, int
  * operand of q k^T. */
 static AMX void pack_k(uint32_t* kp, const uint16_t* k, int64_t cols, int64_t d, int64_t dp) {
   for (int64_t j0 = 0; j0 < BN; j0 += 16) {
-    __mmask16 live = cols - j0 >= 16 ? 0xffff : cols <= j0 ? 0 : (1u << (cols - j0)) - 1;
+    __mmask16 live = lanes(cols - j0);
     int64_t w = 0;
     if (d % 2 == 0 && live != 0) {
       __m512i index = _mm512_mullo_epi32(
@@ -529,7 +535,8 @@ static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int
 /* pa = sb rounded to bfloat16, rows of BN. */
 static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
   for (int64_t i = 0; i < rows * BN; i += 16)
-    _mm256_storeu_si256((__m256i*)(pa + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
+    _mm256_storeu_si256((__m256i*)(pa + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
 }
 
 /* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */

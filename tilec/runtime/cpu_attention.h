@@ -9,8 +9,10 @@
  * masks), applied in place to a block of raw scores.
  * Out: the output, computed per block of query rows and block of keys with an online softmax
  * (running max and sum in float32, the accumulator rescaled), never more than one block of
- * scores per thread (its scratch does not grow with s or t); key blocks entirely above a causal diagonal are skipped; with few query
- * blocks (decode) the key axis is split across threads and the partial results combined.
+ * scores per thread (its scratch does not grow with s, and with t only by the packed keys and
+ * values of bfloat16 on AMX); key blocks entirely above a causal diagonal are skipped; with
+ * few query blocks (decode) the key axis is split across threads and the partial results
+ * combined.
  */
 #ifndef TILEC_CPU_ATTENTION_H
 #define TILEC_CPU_ATTENTION_H
