@@ -28,6 +28,8 @@
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
+/* the packed keys and values a thread keeps for AMX: one key head's up to t = 32768 (d = 128) */
+#define CACHE_BYTES ((int64_t)16 << 20)
 
 typedef struct {
   const tilec_attention_problem* p;
@@ -149,6 +151,7 @@ typedef struct {
   uint32_t *kc, *vc;
   unsigned char* ready;   /* per block of BN keys: packed */
   int64_t cached[3];      /* k_base, v_base, first key of what kc, vc hold */
+  int64_t blocks;         /* the blocks kc and vc hold: 1 where nothing is kept */
 } Scratch;
 
 /* What a task reads: its grid rows [row0, row0 + rows), their key head's offsets, the keys
@@ -539,16 +542,19 @@ static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
 }
 
-/* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
 /* The packed keys and values of block [j0, j0 + BN) of the split [first, end) of key head
  * (k_base, v_base): packed now unless this thread's cache holds them. */
 static void packed_block(const tilec_attention_problem* p, Scratch* x, const Span* w,
                          int64_t j0, uint32_t** kp, uint32_t** vp) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv);
   int64_t key[3] = {w->k_base, w->v_base, w->first}, block = (j0 - w->first) / BN;
+  if (x->blocks == 1) {    /* a block at a time, repacked */
+    block = 0;
+    x->cached[0] = -1;
+  }
   if (memcmp(key, x->cached, sizeof key) != 0) {
     memcpy(x->cached, key, sizeof key);
-    memset(x->ready, 0, (size_t)((w->end - w->first + BN - 1) / BN));
+    memset(x->ready, 0, (size_t)x->blocks);
   }
   *kp = x->kc + block * (dp / 2) * BN;
   *vp = x->vc + block * (BN / 2) * dvp;
@@ -681,7 +687,13 @@ static void combine(const Attention* a, int64_t block, float* o) {
 }
 
 /* Blocks of BN keys in one split (the AMX cache of a thread holds one split's). */
-static int64_t split_blocks(const Attention* a) { return (a->keys_per_split + BN - 1) / BN; }
+/* Blocks of BN keys in the AMX cache of a thread: one split's, where several row blocks read
+ * them and they fit in CACHE_BYTES; else 1, repacked for every row block. */
+static int64_t split_blocks(const Attention* a) {
+  int64_t blocks = (a->keys_per_split + BN - 1) / BN;
+  int64_t bytes = blocks * BN * (up32(a->p->d) + up32(a->p->dv)) * 2;
+  return a->row_blocks > 1 && bytes <= CACHE_BYTES ? blocks : 1;
+}
 
 static int64_t scratch_floats(const Attention* a) {
   const tilec_attention_problem* p = a->p;
@@ -710,6 +722,7 @@ static Scratch carve(const Attention* a, float* f) {
   x.vc = (uint32_t*)f, f += blocks * BN / 2 * up32(p->dv);
   x.ready = (unsigned char*)f;
   x.cached[0] = x.cached[1] = x.cached[2] = -1;
+  x.blocks = blocks;
   return x;
 }
 
