@@ -277,6 +277,35 @@ static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t col
   }
 }
 
+/* Distance, in rows of an operand, at which its packing prefetches the row it will read:
+ * the runs it reads are short (a K block of A, a slice of B's row) and a page apart, too
+ * short for the hardware prefetcher to find and follow them. */
+#define PACK_AHEAD 4
+
+/* The lines [from, from + bytes) prefetched into L1. */
+static void prefetch_run(const void* from, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch((const char*)from + at, _MM_HINT_T0);
+}
+
+/* Panels [first, last) of a B whose rows are contiguous, row by row: each row of B read as
+ * one run, its next rows prefetched. */
+static void pack_b_rows(const Gemm* g, int64_t first, int64_t last) {
+  const tilec_gemm_operand* b = b_of(g);
+  int nr = g->u.nr;
+  int64_t j0 = g->jc + first * nr, width = g->p->n - j0 < (last - first) * nr ?
+                                            g->p->n - j0 : (last - first) * nr;
+  int64_t base = g->batch * b->batch + g->pc * b->row + j0, bytes = width * element_bytes(b->dtype);
+  for (int64_t k = 0; k < g->kc_now; k++) {
+    if (k + PACK_AHEAD < g->kc_now) prefetch_run(at(b, base + (k + PACK_AHEAD) * b->row), bytes);
+    for (int64_t panel = first; panel < last; panel++) {
+      float* dst = g->bp + panel * kstride(g) * nr + k * nr;
+      int64_t j = (panel - first) * nr, cols = width - j < nr ? width - j : nr;
+      widen(dst, at(b, base + k * b->row + j), b->dtype, cols);
+      for (int64_t c = cols; c < nr; c++) dst[c] = 0.0f;
+    }
+  }
+}
+
 /* B's rows [pc, pc + kc_now) and columns of panels [first, last) of the block, packed. */
 static void pack_b(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
@@ -293,11 +322,8 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
       continue;
     }
     if (b->col == 1) {
-      for (int64_t k = 0; k < g->kc_now; k++) {
-        widen(dst + k * nr, at(b, base + k * b->row), b->dtype, cols);
-        for (int64_t j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
-      }
-      continue;
+      pack_b_rows(g, panel, last);
+      return;
     }
     for (int64_t k = 0; k < g->kc_now; k++)
       for (int64_t j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
@@ -355,6 +381,8 @@ static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
   for (int64_t i = 0; i < rows; i++) {
     float* panel = dst + (i / mr) * kc * mr + i % mr;
     int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc * a->col;
+    if (a->col == 1 && i + PACK_AHEAD < rows)
+      prefetch_run(at(a, base + PACK_AHEAD * a->row), kc * element_bytes(a->dtype));
     if (a->col == 1 && kc <= 4096) {
       widen(line, at(a, base), a->dtype, kc);
       for (int64_t k = 0; k < kc; k++) panel[k * mr] = line[k];
@@ -385,6 +413,17 @@ static void micro_tile(const Gemm* g, const float* ap, const float* bp, float* c
     memcpy(c + i * g->ld, edge + i * nr, (size_t)cols * sizeof(float));
 }
 
+/* Share `tile` of `tiles` of packed B's panel at column j, fetched into L2 while the tiles
+ * before it run on the panel before: the panels of a K block of 512 do not fit L1 and are
+ * read from L3 once per item, each by its first tile otherwise. */
+static void prefetch_panel(const Gemm* g, int64_t j, int64_t tile, int64_t tiles) {
+  int64_t lines = kstride(g) * g->u.nr * (int64_t)sizeof(float) / 64;
+  int64_t share = (lines + tiles - 1) / tiles, from = tile * share;
+  const char* panel = (const char*)(g->bp + j * kstride(g));
+  for (int64_t line = from; line < from + share && line < lines; line++)
+    _mm_prefetch(panel + 64 * line, _MM_HINT_T1);
+}
+
 static void compute_items(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   int mr = g->u.mr, nr = g->u.nr;
@@ -401,6 +440,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
     pack_a(g, ap, i0, rows);
     for (int64_t j = s0; j < s1; j += nr)
       for (int64_t i = 0; i < rows; i += mr) {
+        if (j + nr < s1) prefetch_panel(g, j + nr, i / mr, (rows + mr - 1) / mr);
         float* c = g->acc + (i0 + i) * g->ld + j;
         /* the next full tile, when this pass reads the accumulators */
         const float* next = i + 2 * mr <= rows ? c + mr * g->ld
