@@ -50,6 +50,9 @@ func bf16_shared(x: Tensor<bf16>[b, m, k], w: Tensor<bf16>[k, n]) -> Tensor<bf16
 func f16(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n], bias: Tensor<f16>[n]) -> Tensor<f16>[m, n] {
   return relu(x @ w + bias);
 }
+func f16_linear(x: Tensor<f16>[m, k], w: Tensor<f16>[n, k]) -> Tensor<f32>[m, n] {
+  return cast(x @ transpose(w, perm=[1, 0]), f32);
+}
 """
 
 SIZES = (1, 7, 127, 255, 1000)
@@ -91,6 +94,7 @@ def arguments(name: str, m: int, n: int, k: int) -> list[np.ndarray]:
         "bf16_shared": lambda: [rand((b, m, k), BF16), rand((k, n), BF16)],
         "f16": lambda: [rand((m, k), np.float16), rand((k, n), np.float16),
                         rand(n, np.float16)],
+        "f16_linear": lambda: [rand((m, k), np.float16), rand((n, k), np.float16)],
     }[name]()
 
 
@@ -105,7 +109,7 @@ def agrees(lib, name: str, m: int, n: int, k: int) -> None:
 
 
 FUNCTIONS = ("plain", "linear", "batched", "shared", "shared_linear", "fused", "bf16",
-             "bf16_shared", "f16")
+             "bf16_shared", "f16", "f16_linear")
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

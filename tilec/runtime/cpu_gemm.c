@@ -306,12 +306,60 @@ static void pack_b_rows(const Gemm* g, int64_t first, int64_t last) {
   }
 }
 
+/* Eight elements of an operand's type from src, as float32. */
+static inline V3 __m256 widen8(const void* src, int dtype) {
+  if (dtype == TILEC_GEMM_F32) return _mm256_loadu_ps((const float*)src);
+  __m128i h = _mm_loadu_si128((const __m128i*)src);
+  if (dtype == TILEC_GEMM_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* r[t][u] becomes r[u][t]. */
+static inline V3 void transpose8(__m256 r[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+
+/* A panel of a B whose columns are contiguous along K (a transposed weight), columns
+ * [0, cols / 8 * 8) and K [0, kc_now / 8 * 8): blocks of 8 x 8 read as eight runs of
+ * columns, transposed in registers, stored as eight runs of rows; every column read one line
+ * after another, the lines PACK_AHEAD ahead prefetched.  Returns the columns it packed. */
+static V3 int64_t pack_b_columns(const Gemm* g, float* dst, int64_t base, int64_t cols) {
+  const tilec_gemm_operand* b = b_of(g);
+  int nr = g->u.nr, size = element_bytes(b->dtype);
+  int64_t full = cols / 8 * 8, per_line = 64 / size;
+  for (int64_t k = 0; k + 8 <= g->kc_now; k += 8)
+    for (int64_t j = 0; j < full; j += 8) {
+      __m256 r[8];
+      for (int t = 0; t < 8; t++) {
+        const char* column = at(b, base + (j + t) * b->col + k);
+        if (k % per_line == 0) _mm_prefetch(column + PACK_AHEAD * 64, _MM_HINT_T0);
+        r[t] = widen8(column, b->dtype);
+      }
+      transpose8(r);
+      for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * nr + j, r[t]);
+    }
+  return full;
+}
+
 /* B's rows [pc, pc + kc_now) and columns of panels [first, last) of the block, packed. */
 static void pack_b(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr;
-  float line[4096];
   for (int64_t panel = first; panel < last; panel++) {
     float* dst = g->bp + panel * kstride(g) * nr;
     int64_t j0 = g->jc + panel * nr;
@@ -327,15 +375,13 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
     }
     for (int64_t k = 0; k < g->kc_now; k++)
       for (int64_t j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
-    for (int64_t j = 0; j < cols; j++) {
-      if (b->row == 1 && g->kc_now <= 4096) {
-        widen(line, at(b, base + j * b->col), b->dtype, g->kc_now);
-        for (int64_t k = 0; k < g->kc_now; k++) dst[k * nr + j] = line[k];
-      } else {
-        for (int64_t k = 0; k < g->kc_now; k++)
-          dst[k * nr + j] = element(b, base + k * b->row + j * b->col);
-      }
-    }
+    int64_t done = b->row == 1 ? pack_b_columns(g, dst, base, cols) : 0;
+    for (int64_t j = done; j < cols; j++)
+      for (int64_t k = 0; k < g->kc_now; k++)
+        dst[k * nr + j] = element(b, base + k * b->row + j * b->col);
+    for (int64_t j = 0; j < done; j++) /* K past the last block of 8 */
+      for (int64_t k = g->kc_now / 8 * 8; k < g->kc_now; k++)
+        dst[k * nr + j] = element(b, base + k + j * b->col);
   }
 }
 
