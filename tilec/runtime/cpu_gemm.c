@@ -414,6 +414,35 @@ static void pack_a_pairs(const Gemm* g, uint16_t* dst, int64_t i0, int64_t rows)
   }
 }
 
+/* The full panels of A's rows [i0, i0 + rows) (rows contiguous along K), K [0, kc_now / 8 *
+ * 8): blocks of up to 8 rows x 8 K read as runs of the rows, transposed in registers and
+ * stored as runs of the panel (masked where a panel's rows are not a multiple of 8), every
+ * row's lines PACK_AHEAD ahead prefetched.  Returns the rows it packed. */
+static V3 int64_t pack_a_panels(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
+  const tilec_gemm_operand* a = &g->p->a;
+  int mr = g->u.mr, size = element_bytes(a->dtype);
+  int64_t kc = g->kc_now, full = rows / mr * mr, per_line = 64 / size;
+  int64_t base = g->batch * a->batch + (g->m0 + i0) * a->row + g->pc;
+  for (int64_t i = 0; i < full; i += mr) {
+    float* panel = dst + i * kc;
+    for (int64_t k = 0; k + 8 <= kc; k += 8)
+      for (int r0 = 0; r0 < mr; r0 += 8) {
+        int lanes = mr - r0 < 8 ? mr - r0 : 8;
+        __m256 r[8];
+        for (int t = 0; t < 8; t++) {
+          const char* row = at(a, base + (i + r0 + t) * a->row + k);
+          if (t < lanes && k % per_line == 0) _mm_prefetch(row + PACK_AHEAD * 64, _MM_HINT_T0);
+          r[t] = t < lanes ? widen8(row, a->dtype) : _mm256_setzero_ps();
+        }
+        transpose8(r);
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int t = 0; t < 8; t++) _mm256_maskstore_ps(panel + (k + t) * mr + r0, mask, r[t]);
+      }
+  }
+  return full;
+}
+
 /* A's rows [i0, i0 + rows) and columns [pc, pc + kc_now), packed into panels MR high. */
 static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
   const tilec_gemm_operand* a = &g->p->a;
@@ -423,8 +452,13 @@ static void pack_a(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
     return;
   }
   float line[4096];
-  int64_t kc = g->kc_now;
-  for (int64_t i = 0; i < rows; i++) {
+  int64_t kc = g->kc_now, done = a->col == 1 ? pack_a_panels(g, dst, i0, rows) : 0;
+  for (int64_t i = 0; i < done; i++) { /* K past the last block of 8 */
+    int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc;
+    for (int64_t k = kc / 8 * 8; k < kc; k++)
+      dst[(i / mr) * kc * mr + k * mr + i % mr] = element(a, base + k);
+  }
+  for (int64_t i = done; i < rows; i++) {
     float* panel = dst + (i / mr) * kc * mr + i % mr;
     int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc * a->col;
     if (a->col == 1 && i + PACK_AHEAD < rows)
