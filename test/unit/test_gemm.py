@@ -238,7 +238,7 @@ def test_at_O0_only_an_element_wise_epilogue_runs_on_the_gemm():
 
 @pytest.mark.parametrize("m", [3, 40])
 def test_a_long_k_is_summed_whole(lib, m):
-    """K = 8192 (32 blocks of 256; the streamed path for M = 3): exact sums, so a dropped or
+    """K = 8192 (16 blocks of 512; the streamed path for M = 3): exact sums, so a dropped or
     repeated K block would show by at least 1/16 in some element."""
     agrees(lib, "linear", m, 70, 8192)
     agrees(lib, "shared", m, 33, 8192)

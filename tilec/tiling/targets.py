@@ -65,12 +65,14 @@ TARGETS: dict[str, TargetDesc] = {
     # CPU: a tile's rows should stay in a core's L2 share; threads are counted at run time.
     "cpu": TargetDesc("cpu", cores=0, vector_bytes=32, local_bytes=256 * 1024, alignment=64,
                       double_buffer=False, block_bytes=64,
-                      # packed float32 panels: B's micro-panel in L1 (48 KiB), A's block in
-                      # half an L2 share (1 MiB), B's block in a share of L3 (4 MiB); the
+                      # packed float32 panels: B's micro-panel (64 KiB: K blocks of 512, half
+                      # the passes over the accumulators of 256, which L1 would hold; the
+                      # micro-kernel keeps its rate reading it from L2), A's block in half
+                      # of L2 (2 MiB a core), B's block in a share of L3 (8 MiB); the
                       # micro-kernels of x86-64-v3 (AVX2, 16 registers) and v4 (AVX-512, 32)
                       gemm=GemmDesc(micro=((6, 16), (14, 32)), stages=1, staging="packed",
                                     small_m=16, staged_bytes=4,
-                                    caches=(48 << 10, 1 << 20, 4 << 20)),
+                                    caches=(64 << 10, 2 << 20, 8 << 20)),
                       weight_views=True, splits_reductions=True, attention=True),
     # Ascend 910B (dav-2201) vector cores: 192 KiB UB, 184 KiB usable, 32-byte DataCopy rule.
     "ascend": TargetDesc("ascend", cores=40, vector_bytes=256, local_bytes=184 * 1024,
