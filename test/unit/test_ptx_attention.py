@@ -10,20 +10,17 @@ a chain that needs shared memory (a concatenation) the row lowering of the fused
 bench/gpu_check.py's job: none of this has run on a GPU."""
 from __future__ import annotations
 
-import functools
-import re
 
 import pytest
 
-import tilec.passes  # noqa: F401  (registers the passes)
-from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
+from ptx_kernels import compiled, entries
+
 from tilec.codegen.ptx.attention import BLOCK_M, BLOCK_N, shared_heads
 from tilec.codegen.ptx.toolchain import SHARED_LIMIT
 from tilec.diagnostics import DiagnosticSink
-from tilec.dims import parse_dim
 from tilec.dialect import KERNEL_ATTR, make_context
+from tilec.dims import parse_dim
 from tilec.driver import CompileOptions, kernel_module
-from tilec.mlir import ir
 from tilec.tiling.tiler import TileParams
 
 ATTENTION = """
@@ -51,29 +48,9 @@ KINDS = {"gqa": "bf16", "biased": "f16", "lengths": "bf16"}
 HEADS = {"gqa": 128, "biased": 64, "lengths": 64}
 
 
-@functools.cache
-def compiled(source: str, arch: str) -> tuple[PtxKernels, dict[str, str]]:
-    """The kernels, and the function each ``attention``-scheduled kernel comes from."""
-    with make_context():
-        module = kernel_module(source, "attention.tile", CompileOptions(target="ptx"),
-                               DiagnosticSink())
-        fused = {}
-        for op in module.body.operations:
-            if KERNEL_ATTR in op.attributes and \
-                    TileParams.of(op.attributes[KERNEL_ATTR]).schedule == "attention":
-                name = ir.StringAttr(op.attributes["sym_name"]).value
-                fused[name] = name.rsplit("__", 1)[0]
-        return PtxBackend(Options(arch)).run(module, "cubin"), fused
-
-
-def entries(ptx: str) -> dict[str, str]:
-    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)
-    return dict(zip(parts[1::2], parts[2::2]))
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_attention_is_one_flash_kernel_on_the_tensor_cores(arch: str) -> None:
-    kernels, fused = compiled(ATTENTION, arch)
+    kernels, fused = compiled(ATTENTION, arch, "attention")
     assert sorted(fused.values()) == sorted(KINDS)
     bodies = entries(kernels.ptx)
     assert sorted(bodies) == sorted(fused)          # one kernel each, no scores function
@@ -95,7 +72,7 @@ def test_attention_is_one_flash_kernel_on_the_tensor_cores(arch: str) -> None:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_attention_shared_memory_fits_the_arch(arch: str) -> None:
     """Q's block once, K and V in two stages, rows padded by 16 bytes; 256 threads."""
-    kernels, fused = compiled(ATTENTION, arch)
+    kernels, fused = compiled(ATTENTION, arch, "attention")
     for kernel in kernels.kernels:
         d = HEADS[fused[kernel.name]]
         need = (BLOCK_M + 4 * BLOCK_N) * (d + 8) * 2
@@ -147,7 +124,7 @@ func catmask(q: Tensor<bf16>[h, s, 64], k: Tensor<bf16>[h, 8, 64], v: Tensor<bf1
   return cast(cast(softmax(scores, axis=-1), bf16) @ v, bf16);
 }
 """
-    kernels, fused = compiled(source, "sm_90")
+    kernels, fused = compiled(source, "sm_90", "attention")
     (kernel,) = fused
     body = entries(kernels.ptx)[kernel]
     assert "mma.sync" not in body and "bar.sync" in body

@@ -9,20 +9,13 @@ spills either.  Whether the results are right is
 bench/gpu_check.py's job."""
 from __future__ import annotations
 
-import functools
-import re
 
 import pytest
 
-import tilec.passes  # noqa: F401  (registers the passes)
-from tilec.codegen.ptx import Options, PtxBackend, PtxKernels
+from ptx_kernels import compiled, entries
+
 from tilec.codegen.ptx.gemm import THREADS
 from tilec.codegen.ptx.toolchain import SHARED_LIMIT
-from tilec.diagnostics import DiagnosticSink
-from tilec.dialect import KERNEL_ATTR, make_context
-from tilec.driver import CompileOptions, kernel_module
-from tilec.mlir import ir
-from tilec.tiling.tiler import TileParams
 
 GEMMS = """
 func linear_gelu(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n], b: Tensor<bf16>[n]) -> Tensor<bf16>[m, n] {
@@ -49,30 +42,9 @@ OPERANDS = {"linear_gelu": "bf16", "shared_weight": "f16", "linear": "bf16",
 TRANSPOSED_WEIGHT = {"linear"}      # B [N, K] read in place: ldmatrix without .trans
 
 
-@functools.cache
-def compiled(source: str, arch: str) -> tuple[PtxKernels, dict[str, str]]:
-    """The kernels, and the function each ``gemm``-scheduled kernel comes from."""
-    with make_context():
-        module = kernel_module(source, "gemm.tile", CompileOptions(target="ptx"),
-                               DiagnosticSink())
-        gemms = {}
-        for op in module.body.operations:
-            if KERNEL_ATTR in op.attributes and \
-                    TileParams.of(op.attributes[KERNEL_ATTR]).schedule == "gemm":
-                name = ir.StringAttr(op.attributes["sym_name"]).value
-                gemms[name] = name.rsplit("__", 1)[0]
-        return PtxBackend(Options(arch)).run(module, "cubin"), gemms
-
-
-def entries(ptx: str) -> dict[str, str]:
-    """Each kernel's PTX body by name."""
-    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)
-    return dict(zip(parts[1::2], parts[2::2]))
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_gemm_kernels_run_on_the_tensor_cores_without_spills(arch: str) -> None:
-    kernels, gemms = compiled(GEMMS, arch)
+    kernels, gemms = compiled(GEMMS, arch, "gemm")
     bodies = entries(kernels.ptx)
     assert sorted(gemms.values()) == sorted(NAMES)
     for kernel, name in gemms.items():
@@ -95,7 +67,7 @@ def test_gemm_launch_fits_the_arch(arch: str) -> None:
     """256 threads (the host gives ceil(row_elements / 8), at most 256), and three stages
     of a 128 x 32 A block and a 32 x 128 B block (128 x 32 for a weight [N, K]), rows
     padded by 8 elements; .maxntid tells ptxas the 256."""
-    kernels, gemms = compiled(GEMMS, arch)
+    kernels, gemms = compiled(GEMMS, arch, "gemm")
     bodies = entries(kernels.ptx)
     for kernel in kernels.kernels:
         if kernel.name not in gemms:
@@ -124,7 +96,7 @@ def test_float32_matmul_runs_ffma_register_tiles_without_spills(arch: str) -> No
     """float32 never reaches the tensor cores (TF32 would break the float32 contract): each
     thread's 8 x 8 tile of FFMA reads 16-byte vectors of the cp.async-filled stages (per 4
     steps of K, 8 of A's rows and 8 vectors of B), 64 FMAs a step, in a loop over K."""
-    kernels, gemms = compiled(F32_GEMMS, arch)
+    kernels, gemms = compiled(F32_GEMMS, arch, "gemm")
     bodies = entries(kernels.ptx)
     assert sorted(gemms.values()) == ["linear32", "linear_gelu32"]
     for kernel in gemms:
@@ -142,7 +114,7 @@ def test_float32_matmul_runs_ffma_register_tiles_without_spills(arch: str) -> No
 def test_float32_matmul_stages_fit_the_arch() -> None:
     """Three stages of float32 blocks, rows padded by 16 bytes: A 128 x 36, B 32 x 132 (a
     weight [N, K]: 128 x 36)."""
-    kernels, gemms = compiled(F32_GEMMS, "sm_80")
+    kernels, gemms = compiled(F32_GEMMS, "sm_80", "gemm")
     for kernel in kernels.kernels:
         if kernel.name not in gemms:
             continue
