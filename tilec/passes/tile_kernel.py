@@ -237,7 +237,8 @@ def _annotate(fn: Any, plan: RowPlan, buffers: list[Buffer], target: TargetDesc,
     operands = gemm_operands(fn, tuple(plan.grid)) if target.gemm is not None else None
     if operands is not None:
         params = plan_gemm(params, operands, target, gemm)
-    tile = attention_tile(fn, tuple(plan.grid)) if target.attention else None
+    tile = attention_tile(fn, tuple(plan.grid), target.attention_types) \
+        if target.attention else None
     if tile is not None:
         params = dataclasses.replace(params, schedule=ATTENTION, attention=tile)
     fn.attributes[KERNEL_ATTR] = ir.DictAttr.get({

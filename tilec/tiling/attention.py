@@ -82,8 +82,11 @@ def _argument(value: Any, through: tuple[str, ...] = ()) -> Optional[int]:
     return op.operands[0].arg_number
 
 
-def attention_tile(fn: Any, grid: tuple) -> Optional[AttentionTile]:
-    """The schedule of kernel ``fn`` (rows form) if the runtime can run it, else None."""
+def attention_tile(fn: Any, grid: tuple, types: frozenset[str] = frozenset()
+                   ) -> Optional[AttentionTile]:
+    """The schedule of kernel ``fn`` (rows form) if the runtime can run it, else None; where
+    the target names ``types``, q, k and v must all have one of them (its matrix unit
+    multiplies operands of one type)."""
     description = marked(fn)
     if description is None:
         return None
@@ -101,6 +104,8 @@ def attention_tile(fn: Any, grid: tuple) -> Optional[AttentionTile]:
     if None in (q, k, v) or ELLIPSIS in out.shape or out.dtype not in DTYPES:
         return None
     if any(args[i].dtype not in DTYPES or ELLIPSIS in args[i].shape for i in (q, k, v)):
+        return None
+    if types and (len({args[i].dtype for i in (q, k, v)}) != 1 or args[q].dtype not in types):
         return None
     if args[q].shape[:-1] != out.shape[:-1] or \
             tuple(str(d) for d in out.shape[:-1]) != tuple(str(g) for g in grid):

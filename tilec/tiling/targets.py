@@ -83,7 +83,10 @@ TARGETS: dict[str, TargetDesc] = {
                          # the Cube (half, bfloat16) reads a [N, K] or batch-broadcast
                          # weight in place; the vector unit's matmul takes a copy
                          weight_views=True,
-                         weight_view_types=frozenset({"float16", "bfloat16"})),
+                         weight_view_types=frozenset({"float16", "bfloat16"}),
+                         # both products of attention on the Cube (half, bfloat16), the online
+                         # softmax on the vector cores (codegen/ascendc/attention.py)
+                         attention=True, attention_types=frozenset({"float16", "bfloat16"})),
     # NVIDIA GPUs as the PTX backend runs a row: the threads of a block read its input rows and
     # write its output rows in global memory (no copies, no double buffering); element-wise and
     # data-movement values stay in registers; dynamic shared memory holds what needs memory

@@ -73,10 +73,12 @@ class AscendBackend(Backend):
 
     def kernels(self, module: Any) -> list[Any]:
         """Every kernel of ``module``, in its order (the launchers' numbering)."""
+        from .attention import is_scores
         from .kernel import KERNEL_ATTR, AscendKernel
         return [AscendKernel(op, self.description.local_bytes, self.sink).generate()
                 for op in module.body.operations
-                if op.operation.name == "func.func" and KERNEL_ATTR in op.attributes]
+                if op.operation.name == "func.func" and KERNEL_ATTR in op.attributes
+                and not is_scores(op)]
 
     def kernel_file(self, module: Any) -> tuple[list[Any], str]:
         """Stage ``ascendc``: the kernels and the kernel file."""

@@ -31,7 +31,7 @@ from ...dims import Dim, parse_dim
 from ...mlir import ir
 from ..common.values import (ONE, ZERO, Concat, Lazy, Map, Splat, View, map_sizes, numel,
                              reindex, row_major)
-from . import cube, cxx
+from . import attention, cube, cxx
 from .cxx import Code, f32, i32
 from ..common.layout import IotaRow, LayoutOps, grid_dim, ints, shape_of, strings
 from .lazy import Base, Gm, grid_var, reshaped, small_power, spread
@@ -69,6 +69,7 @@ class KernelSource:
     chunk: int
     cube: str = ""               # C++ bytes of the Cube's product ("": no Cube, no AIC)
     cube_guard: str = ""         # C++ condition under which the Cube path cannot run
+    cube_why: str = "K or N beyond the 65535 elements one ND2NZ copy reads"   # ... and why
 
 
 def cache_hints(fn: Any) -> dict[int, dict[str, Any]]:
@@ -113,7 +114,8 @@ class AscendKernel:
         self.rank_generic = any(i.rank_generic for i in self.inputs + self.outputs)
         self.span = span_of(fn.location)
         self.hints = cache_hints(fn)
-        self.cube = None if self.rank_generic else cube.plan(fn, kernel)
+        self.attention = None if self.rank_generic else attention.plan(fn, kernel)
+        self.cube = None if self.rank_generic or self.attention else cube.plan(fn, kernel)
 
     def grid_extent(self, j: int) -> Dim:
         return grid_dim(self.grid[j])
@@ -123,6 +125,8 @@ class AscendKernel:
         softmax, matmul or reused cache-hinted input, every view linear in the row number),
         else row by row, keeping resident the rows of hinted inputs that the grid reuses and
         of inputs that several passes over one row read, unless they are known not to fit."""
+        if self.attention is not None:
+            return attention.generate(self)
         ops = {op.operation.name for op in self.fn.regions[0].blocks[0].operations}
         reused = any(h["reused_over"] for h in self.hints.values())
         flat = bool(self.grid) and not reused and not ops & ROW_WIDE
@@ -418,7 +422,8 @@ class _Lowering(Reducer, LayoutOps):
         return self.vector_scalar(Map(name, tuple(operands), (), dtype))
 
     # -- the class -----------------------------------------------------------------------------
-    def render(self) -> str:
+    def coordinate_lines(self) -> list[str]:
+        """C++ of the grid coordinates ``g0, g1, ...`` of grid row ``row``."""
         k = self.k
         coordinates = [f"const int64_t {grid_var(0)} = row;"] if len(k.grid) == 1 else []
         if len(k.grid) > 1:
@@ -428,6 +433,13 @@ class _Lowering(Reducer, LayoutOps):
                 coordinates.append(f"const int64_t {grid_var(j)} = rest % {extent};")
                 coordinates.append(f"rest /= {extent};")
             coordinates.append(f"const int64_t {grid_var(0)} = rest;")
+        return coordinates
+
+    def render(self, attention: Optional[dict[str, Any]] = None) -> str:
+        """The kernel's C++; ``attention``: the fused attention's parts (:mod:`.attention`),
+        whose AIV methods replace the row loop."""
+        k = self.k
+        coordinates = self.coordinate_lines()
         tbufs = [name for name, used in (("calc", self.plan.slots), ("maskBuf", self.plan.masks),
                                          ("reduceBuf", self.plan.reduces),
                                          ("stageBuf", self.plan.gathers),
@@ -436,10 +448,11 @@ class _Lowering(Reducer, LayoutOps):
         plan = k.cube
         return render_kernel({
             "cube": plan and {"text": cube.render(plan, k.entry, f"{k.entry}_tiling"),
-                              "lhs": f"in{plan.tile.lhs}", "rhs": f"in{plan.tile.rhs}",
+                              "aic_args": [f"in{plan.tile.lhs}", f"in{plan.tile.rhs}"],
                               "ctype": C_TYPE[plan.dtype], "a_offset": plan.a_offset,
                               "lo_offset": plan.lo_offset,
                               "k": cxx.dim(plan.k), "before": self.before_cube.lines},
+            "attention": attention,
             "k": {"name": k.name, "entry": k.entry, "tiling": f"{k.entry}_tiling",
                   "symbols": k.symbols, "rank_generic": k.rank_generic, "grid": k.grid},
             "flat": self.flat, "notes": self.notes, "plan": self.plan,

@@ -40,7 +40,8 @@ def render_launch(kernels: list[Any], *, twin: bool, kernels_file: str, cores: i
     return TEMPLATES.get_template("launch.asc.j2").render(
         kernels=[{"name": k.name, "entry": k.entry, "tiling": k.tiling, "symbols": k.symbols,
                   "rank_generic": k.rank_generic, "buffers": k.buffers,
-                  "workspace": dim(k.workspace), "cube": k.cube, "cube_guard": k.cube_guard}
+                  "workspace": dim(k.workspace), "cube": k.cube, "cube_guard": k.cube_guard,
+                  "cube_why": k.cube_why}
                  for k in kernels],
         twin=twin, kernels_file=kernels_file, cores=cores, version=version, source=source,
         name=name, target=target, arch=arch)
