@@ -4,8 +4,9 @@
 against the reference: causal grouped-query bfloat16, plain float32, masked by an input's
 comparison (per-batch lengths, fully masked rows NaN as in the language), additive bias,
 decode (one query row against a long key axis, split across threads), at awkward sizes; the
-kernel plan holds no buffer of scores; a near-miss stays unfused, correct, and says why; the
-targets without the blocked kernel (ascend-sim) run the unfused kernels."""
+kernel plan holds no buffer of scores; a near-miss stays unfused, correct, and says why;
+float32 attention on ascend-sim runs the unfused kernels (its half and bfloat16 attention is
+fused on the Cube: test_attention_cube.py)."""
 from __future__ import annotations
 
 import functools
@@ -277,9 +278,11 @@ def test_remarks_show_with_verbose_only_and_never_change_the_cache_key(tmp_path,
         assert verbose <= (f"compile cache {hit}" in err), err
 
 
-def test_ascend_sim_runs_the_unfused_kernels():
-    schedules = [schedule for schedule, _ in _plan(SOURCE, "ascend-sim")["plain"]]
+def test_ascend_sim_runs_float32_attention_unfused():
+    plan = _plan(SOURCE, "ascend-sim")
+    schedules = [schedule for schedule, _ in plan["plain"]]
     assert "attention" not in schedules and schedules.count("gemm") == 2
+    assert [schedule for schedule, _ in plan["causal_gqa"]] == ["attention"]
     lib = tilec.compile_string(SOURCE, "attention.tile", target="ascend-sim")
     agrees(lib, "plain", rand((1, 7, 16)), rand((1, 17, 16)), rand((1, 17, 16)))
     agrees(lib, "causal_gqa", rand((1, 1, 2, 7, 16), BF16), rand((1, 1, 1, 17, 16), BF16),
