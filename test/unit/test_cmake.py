@@ -355,6 +355,11 @@ CUBE_LINEAR = """
 func linear(x: Tensor<f16>[m, k], w: Tensor<f16>[n, k], b: Tensor<f16>[n]) -> Tensor<f16>[m, n] {
   return x @ transpose(w, perm=[1, 0]) + b;
 }
+func attend(q: Tensor<f16>[h, s, d], k: Tensor<f16>[h, t, d], v: Tensor<f16>[h, t, d])
+    -> Tensor<f16>[h, s, d] {
+  let scores = q @ transpose(k, [0, 2, 1]) * 0.125;
+  return softmax(where(iota([s, t], axis=1) <= iota([s, t], axis=0), scores, -inf), axis=-1) @ v;
+}
 """
 
 RUN_LINEAR = """
@@ -367,19 +372,27 @@ x, w, b = (rng.uniform(-1, 1, s).astype(np.float16) for s in ((70, 90), (300, 90
 want = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float16) + b
 got = lib.linear(x, w, b)
 np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=4e-3, atol=4e-3)
+q, k, v = (rng.uniform(-1, 1, (2, 20, 64)).astype(np.float16) for _ in range(3))
+s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 2, 1) * 0.125
+s = np.where(np.tril(np.ones((20, 20), bool)), s, -np.inf)
+p = np.exp(s - s.max(-1, keepdims=True))
+want = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+np.testing.assert_allclose(lib.attend(q, k, v).astype(np.float64), want, rtol=1e-2, atol=1e-2)
 print("ok")
 """
 
 
-def test_a_cube_gemm_builds_with_the_toolkit_and_runs(tmp_path: Path, fake_cann: Path) -> None:
-    """A mixed AIC/AIV kernel (a half Linear layer on the Cube) through the CANN project on
-    the fake toolkit: bisheng compiles it, and <<<>>> runs it on the twin, which starts the
-    launch over as a mixed one at the kernel's KERNEL_TASK_TYPE_DEFAULT."""
+def test_cube_kernels_build_with_the_toolkit_and_run(tmp_path: Path, fake_cann: Path) -> None:
+    """Mixed AIC/AIV kernels (a half Linear layer on the Cube, a fused causal attention)
+    through the CANN project on the fake toolkit: bisheng compiles them, and <<<>>> runs them
+    on the twin, which starts each launch over as a mixed one at the kernel's
+    KERNEL_TASK_TYPE_DEFAULT."""
     tile = tmp_path / "linear.tile"
     tile.write_text(CUBE_LINEAR)
     assert main([str(tile), "--target", "ascend", "--emit=ascendc", "-o",
                  str(tmp_path / "k.asc")]) == 0
-    assert "KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);" in (tmp_path / "k.asc").read_text()
+    assert (tmp_path / "k.asc").read_text().count(
+        "KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);") == 2
     env = {**os.environ, "ASCEND_HOME_PATH": str(fake_cann)}
     done = subprocess.run([TILEC, tile, "--target", "ascend", "--no-cache", "-o",
                            tmp_path / "k.so"], env=env, capture_output=True, text=True)
