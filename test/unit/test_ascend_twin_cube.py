@@ -167,6 +167,24 @@ def test_half_gemm_accumulates_in_float(lib, m, n, k, trans_b):
     np.testing.assert_array_equal(c, a.astype(np.float32) @ b.astype(np.float32))
 
 
+def test_mmad_with_m_1_is_gemv_reading_l0a_as_nd(lib):
+    """Mmad page, constraints: with M = 1 the Cube runs GEMV and reads L0A in ND, not as ZZ
+    fractals.  A row of A laid out as ZZ (what ND2NZ and LoadData give) is then read wrong
+    beyond its first 16 elements, so a kernel multiplies 16 rows instead (the test kernel
+    does, but for this case)."""
+    rng = np.random.default_rng(11)
+    m, n, k = 1, 7, 40
+    a, b = _ints((m, k), rng, np.float16), _ints((k, n), rng, np.float16)
+    exact = a.astype(np.float32) @ b.astype(np.float32)
+    c = np.zeros((m, n), np.float32)
+    assert lib.run_gemm(0, 0, m, n, k, 2, _p(a), _p(b), _p(c)) == 0, _error(lib)
+    # ND over the ZZ fractals: elements 0..15 are the row's first 16, the next come from
+    # rows 1.. of the first fractal, which ND2NZ never wrote (the twin's fresh L1 is NaN)
+    assert np.isnan(c).all()
+    assert lib.run_gemm(0, 0, m, n, k, 0, _p(a), _p(b), _p(c)) == 0, _error(lib)
+    np.testing.assert_array_equal(c, exact)
+
+
 def test_fixpipe_f322f16_rounds_to_nearest_even(lib):
     """F322F16 is a cast with CAST_RINT: sums that fall between two halfs round to even."""
     m, n, k = 16, 16, 16

@@ -83,6 +83,16 @@ def test_plain_gemm_with_bias_and_relu(lib, m, k, n) -> None:
     _close(lib.plain(x, w, b), want, np.float16)
 
 
+def test_one_row_is_multiplied_as_sixteen_not_as_gemv(lib) -> None:
+    """m = 1 with K beyond one fractal: Mmad with M = 1 would be GEMV, reading L0A as ND
+    (Mmad page, constraints), not the ZZ fractals LoadData wrote; the AIC multiplies the
+    fractal's 16 rows and writes out the one."""
+    rng = np.random.default_rng(1)
+    x, w, b = (_random(s, np.float16, rng) for s in ((1, 40), (40, 5), (5,)))
+    c = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float16)
+    _close(lib.plain(x, w, b), np.maximum(c.astype(np.float64) + b, 0), np.float16)
+
+
 @pytest.mark.parametrize("m, k, n", SIZES)
 def test_batched_bf16_gemm(lib, m, k, n) -> None:
     rng = np.random.default_rng(k)

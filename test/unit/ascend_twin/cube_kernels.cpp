@@ -18,6 +18,7 @@ struct Case {
   uint32_t l1_bytes, l0_bytes;
   uint32_t m, n, k;
   bool trans_b;
+  bool gemv;  // Mmad with m = 1 as it is (else rounded up to 16: see gemm_kernel)
   int out;  // 0 float, 1 half, 2 bfloat16_t
 };
 Case g_case;  // read by the cores of a mixed block, which run on threads of their own
@@ -116,7 +117,9 @@ void cube_gemm(GM_ADDR a, GM_ADDR b, GM_ADDR c) {
   b2 = qb2.DeQue<T>();
   LocalTensor<float> co = qc.AllocTensor<float>();
   MmadParams mp;
-  mp.m = p.m;
+  // m = 1 turns the Cube to GEMV, which reads L0A as ND (Mmad page, constraints): the ZZ
+  // fractal's other rows are computed instead, and never written out
+  mp.m = p.m == 1 && !p.gemv ? 16 : p.m;
   mp.n = p.n;
   mp.k = p.k;
   Mmad(co, a2, b2, mp);
@@ -233,7 +236,8 @@ extern "C" int run_gemm(int kind, int out, uint32_t m, uint32_t n, uint32_t k, i
   g_case.m = m;
   g_case.n = n;
   g_case.k = k;
-  g_case.trans_b = trans_b != 0;
+  g_case.trans_b = (trans_b & 1) != 0;
+  g_case.gemv = (trans_b & 2) != 0;
   g_case.out = out;
   if (kind == 0) return ASCEND_TWIN_LAUNCH_AIC(gemm_half, 1, nullptr, a, b, c);
   if (kind == 1) return ASCEND_TWIN_LAUNCH_AIC(gemm_bf16, 1, nullptr, a, b, c);

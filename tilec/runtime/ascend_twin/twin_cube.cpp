@@ -155,10 +155,16 @@ void load2d(const char* op, Loc loc, const TensorRef& dst, const TensorRef* src_
 
 namespace {
 
-/* A (m x k, row-major floats) from L0A's ZZ fractals of 16 x c0. */
+/* A (m x k, row-major floats) from L0A's ZZ fractals of 16 x c0; with m = 1 the Cube runs
+ * as GEMV and reads L0A as ND, k contiguous elements (Mmad page, constraints: "M = 1 turns
+ * GEMV on by default ... the left matrix is read in ND format, not as ZZ"). */
 void unpack_a(std::vector<float>& a, const uint8_t* l0a, Dt t, uint32_t m, uint32_t k) {
   const uint32_t e = size_of(t), c0 = BLOCK / e, k1 = uint32_t(ceil_div(k, c0));
   a.resize(size_t(m) * k);
+  if (m == 1) {
+    for (uint32_t kk = 0; kk < k; ++kk) a[kk] = to_f32(l0a + size_t(kk) * e, t);
+    return;
+  }
   for (uint32_t i = 0; i < m; ++i)
     for (uint32_t kk = 0; kk < k; ++kk)
       a[size_t(i) * k + kk] =
