@@ -93,6 +93,19 @@ def test_one_row_is_multiplied_as_sixteen_not_as_gemv(lib) -> None:
     _close(lib.plain(x, w, b), np.maximum(c.astype(np.float64) + b, 0), np.float16)
 
 
+@pytest.mark.parametrize("m, k, n", [(3, 65600, 2), (2, 5, 65600)])
+def test_k_or_n_beyond_one_nd2nz_copy(lib, m, k, n) -> None:
+    """K or N beyond the 65535 elements of ND2NZ's srcDValue: the rows go GM -> L1 one copy
+    each (the launch refused them before); plain and with the [n, k] weight read in place."""
+    rng = np.random.default_rng(k)
+    x, w, b = (_random(s, np.float16, rng) for s in ((m, k), (k, n), (n,)))
+    c = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float16)
+    _close(lib.plain(x, w, b), np.maximum(c.astype(np.float64) + b, 0), np.float16)
+    x16, w16 = x.astype(ml_dtypes.bfloat16), np.ascontiguousarray(w.T).astype(ml_dtypes.bfloat16)
+    want = 0.5 * (x16.astype(np.float64) @ w16.astype(np.float64).T)
+    _close(lib.linear(x16, w16), want, ml_dtypes.bfloat16)
+
+
 @pytest.mark.parametrize("m, k, n", SIZES)
 def test_batched_bf16_gemm(lib, m, k, n) -> None:
     rng = np.random.default_rng(k)

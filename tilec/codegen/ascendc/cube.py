@@ -25,8 +25,10 @@ docs/ascendc.md cites them (CANN "Storage Units"): L0A 2 x 128 x 64 x 2 B = 32 K
 L0B 2 x 64 x 256 x 2 B = 64 KiB of 64, L0C 128 x 256 x 4 B = 128 KiB of 128, L1
 2 x (16 + 32) KiB = 96 KiB of 512; buffers start on 512-byte (L0A/L0B) and 1024-byte (L0C)
 boundaries because every size is a multiple of them.  Mmad's m, n, k stay under its 4095
-(Mmad page).  ND2NZ's srcDValue is at most 65535 elements (DataCopy ND2NZ page): the launcher
-refuses K or N beyond it.
+(Mmad page).  ND2NZ's srcDValue (the source's row stride) is a uint16 (DataCopy ND2NZ page):
+with K or N beyond 65535 elements the operand rows go GM -> L1 one ND2NZ copy each.  A single
+valid row (tm = 1) is multiplied as 16: Mmad with M = 1 is GEMV, reading L0A as ND (Mmad
+page, constraints).
 """
 from __future__ import annotations
 
@@ -43,8 +45,6 @@ from .vector import C_TYPE
 
 CUBE_TYPES = ("float16", "bfloat16")
 """Operand types the Cube path takes (f32 x f32 would need L0B fractals of 8 x 16)."""
-ND2NZ_MAX = 65535
-"""The largest srcDValue of Nd2NzParams (elements of a source row)."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,6 @@ class CubePlan:
         a = f" + 2 * RoundUp32(t.rows * ({cxx.dim(self.k)}) * 2)" if self.convert_a else ""
         return f"RoundUp32(t.rows * ({cxx.dim(self.n)}) * 4){a}"
 
-    @property
-    def guard(self) -> str:
-        """C++: true when K or N is beyond what one ND2NZ copy reads."""
-        return f"({cxx.dim(self.k)}) > {ND2NZ_MAX} || ({cxx.dim(self.n)}) > {ND2NZ_MAX}"
 
 
 def plan(fn: Any, kernel: Any) -> Optional[CubePlan]:

@@ -68,8 +68,8 @@ class KernelSource:
     buffers: tuple[tuple[str, str], ...]   # (name, C++ bytes) of each GM argument
     chunk: int
     cube: str = ""               # C++ bytes of the Cube's product ("": no Cube, no AIC)
-    cube_guard: str = ""         # C++ condition under which the Cube path cannot run
-    cube_why: str = "K or N beyond the 65535 elements one ND2NZ copy reads"   # ... and why
+    cube_guard: str = ""         # C++ condition under which the Cube path cannot run ("": none)
+    cube_why: str = ""           # ... and why
 
 
 def cache_hints(fn: Any) -> dict[int, dict[str, Any]]:
@@ -159,8 +159,7 @@ class AscendKernel:
         return KernelSource(self.name, self.entry, lowering.render(), f"{self.entry}_tiling",
                             tuple(self.symbols), self.rank_generic, tuple(self.grid),
                             lowering.workspace * 4, buffers, lowering.plan.chunk,
-                            self.cube.product_bytes if self.cube else "",
-                            self.cube.guard if self.cube else "")
+                            self.cube.product_bytes if self.cube else "")
 
     def _lower(self, flat: bool, hints: bool, keep: Optional[frozenset[tuple]]
                ) -> "_Lowering":
