@@ -37,6 +37,15 @@ func llama_mlp(x: Tensor<f16>[tokens, 256], wg: Tensor<f16>[512, 256],
   let u = x @ transpose(wu, perm=[1, 0]);
   return (silu(g) * u) @ transpose(wd, perm=[1, 0]);
 }
+func linear32(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k], b: Tensor<f32>[n]) -> Tensor<f32>[m, n] {
+  return x @ transpose(w, perm=[1, 0]) + b;
+}
+func shared32(x: Tensor<f32>[b, m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[b, m, n] {
+  return x @ w;
+}
+func generic32(x: Tensor<f32>[..., k], w: Tensor<f32>[n, k]) -> Tensor<f32>[..., n] {
+  return x @ transpose(w, perm=[1, 0]);
+}
 """
 
 # (m, k, n): one element; tails of every tile (M 128, N 256, K 64); two M tiles, two N tiles
@@ -69,9 +78,16 @@ def test_every_matmul_runs_on_the_cube(tmp_path: Path) -> None:
     for name in ("plain", "batched", "shared", "linear"):
         assert f"class tilec_{name}__k0_cube {{" in text
         assert f"tilec_{name}__k1" not in text    # no copy kernel for the transposed weight
-    # gate and up: a kernel each (the product of one is the other's epilogue operand), down
-    assert text.count("Mmad(c, a2, b2, mm);") == 4 + 3
-    assert "on the vector unit" not in text
+    # gate and up: a kernel each (the product of one is the other's epilogue operand), down;
+    # float32 with its [n, k] weight read in place
+    assert text.count("Mmad(c, a2, b2, mm);") == 4 + 3 + 1
+    assert "class tilec_linear32__k0_cube {" in text
+    # float32 B stored [k, n] needs LoadData's transpose (2-byte types only): the vector
+    # unit, reading the broadcast weight in place; a '...' shape has no Cube plan either
+    kernel = text[text.index("shared32__k0: grid"):]
+    assert "on the vector unit" in kernel[:kernel.index('extern "C"')]
+    assert "shared32__k1" not in text
+    assert "generic32__k1: grid" in text and "class tilec_generic32__k1_cube" not in text
 
 
 @pytest.mark.parametrize("m, k, n", SIZES)
@@ -81,6 +97,19 @@ def test_plain_gemm_with_bias_and_relu(lib, m, k, n) -> None:
     c = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float16)
     want = np.maximum(c.astype(np.float64) + b, 0)
     _close(lib.plain(x, w, b), want, np.float16)
+
+
+@pytest.mark.parametrize("m, k, n", SIZES + [(1, 40, 3)])
+def test_float32_linear_on_the_cube_and_views_on_the_vector_unit(lib, m, k, n) -> None:
+    """Mmad takes float x float on Atlas A2 (Mmad page, table 6): fractals of 16 x 8; K
+    blocks of 32 keep L0B's double buffer within 64 KiB.  Against the reference within the
+    float32 contract."""
+    rng = np.random.default_rng(m * k + n)
+    x, w, b = (_random(s, np.float32, rng) for s in ((m, k), (n, k), (n,)))
+    x3, w2 = _random((2, m, k), np.float32, rng), _random((k, n), np.float32, rng)
+    for name, args in (("linear32", (x, w, b)), ("shared32", (x3, w2)), ("generic32", (x3, w))):
+        (want,), (allowance,) = allowed(compile_source(SOURCE, "gemm.tile"), name, *args)
+        assert_close(getattr(lib, name)(*args), want, "float32", allowance)
 
 
 def test_one_row_is_multiplied_as_sixteen_not_as_gemv(lib) -> None:

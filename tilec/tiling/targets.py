@@ -83,7 +83,7 @@ TARGETS: dict[str, TargetDesc] = {
                          # the Cube (half, bfloat16) reads a [N, K] or batch-broadcast
                          # weight in place; the vector unit's matmul takes a copy
                          weight_views=True,
-                         weight_view_types=frozenset({"float16", "bfloat16"}),
+                         weight_view_types=frozenset({"float16", "bfloat16", "float32"}),
                          # both products of attention on the Cube (half, bfloat16), the online
                          # softmax on the vector cores (codegen/ascendc/attention.py)
                          attention=True, attention_types=frozenset({"float16", "bfloat16"})),

@@ -43,8 +43,11 @@ from . import cxx
 from .source import TEMPLATES
 from .vector import C_TYPE
 
-CUBE_TYPES = ("float16", "bfloat16")
-"""Operand types the Cube path takes (f32 x f32 would need L0B fractals of 8 x 16)."""
+CUBE_TYPES = ("float16", "bfloat16", "float32")
+"""Operand types the Cube path takes: Mmad's half x half, bfloat16_t x bfloat16_t and
+float x float into float on Atlas A2 (Mmad page, table 6).  float32 only with B stored
+[N, K]: its NZ fractals (16 x 8) are L0B's ZN ones as they are, while B stored [K, N] needs
+LoadData's transpose, which takes 2-byte types only (LoadData page)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def plan(fn: Any, kernel: Any) -> Optional[CubePlan]:
                 tensor_info(op.results[0].type).dtype)
     if read.get(tile.rhs) != {b.dtype} or read.get(tile.lhs) != {b.dtype}:
         return None
-    if a.dtype not in (b.dtype, "float32"):
+    if a.dtype not in (b.dtype, "float32") or b.dtype == "float32" and not tile.transpose_b:
         return None
     shape = outputs[0].shape
     return CubePlan(tile, b.dtype, shape[-2], shape[-1], a.shape[-1], a.dtype != b.dtype)
@@ -111,6 +114,7 @@ def render(p: CubePlan, entry: str, tiling: str) -> str:
     t = p.tile
     return TEMPLATES.get_template("cube.asc.j2").render(
         entry=entry, tiling=tiling, ctype=C_TYPE[p.dtype], m=cxx.dim(p.m), n=cxx.dim(p.n),
-        k=cxx.dim(p.k), tm=t.tile_m, tn=t.tile_n, tk=t.block_k, trans_b=t.transpose_b,
+        k=cxx.dim(p.k), tm=t.tile_m, tn=t.tile_n,
+        tk=t.block_k // 2 if p.dtype == "float32" else t.block_k, trans_b=t.transpose_b,
         broadcast_b=t.broadcast_b, convert_a=p.convert_a, a_offset=p.a_offset,
         lo_offset=p.lo_offset).rstrip() + "\n"
