@@ -97,6 +97,12 @@ def _refused(members: list[ir.Operation], options: AttentionOptions) -> str:
     if options.types and dtype not in options.types.split():
         return f"this target fuses attention of {' and '.join(options.types.split())} " \
             f"only, not {dtype}"
+    result = _result(members)
+    if options.types and result not in options.types.split():
+        # the fused kernel rounds the probabilities to q's type before the sum with v
+        # (relative to the running max): a float32 result would show it
+        return f"the result is {result}: this target's fused attention rounds the " \
+            f"probabilities to {dtype}"
     if not options.head_max:
         return ""
     second = next(m for m in members[1:] if m.name == "tile.matmul")
@@ -108,6 +114,16 @@ def _refused(members: list[ir.Operation], options: AttentionOptions) -> str:
             f"dimension, a multiple of 16 up to {options.head_max}, not " \
             f"{' and '.join(sorted(str(h) for h in heads))}"
     return ""
+
+
+def _result(members: list[ir.Operation]) -> str:
+    """The element type of the attention's result: the second matmul's, or its casts'."""
+    second = next(m for m in members[1:] if m.name == "tile.matmul")
+    value = second.results[0]
+    while (user := _only_user(value)) is not None and user.name == "tile.cast" \
+            and user in members:
+        value = user.results[0]
+    return tensor_info(value.type).dtype
 
 
 def _op(value: Any) -> Optional[ir.Operation]:

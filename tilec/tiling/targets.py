@@ -80,8 +80,8 @@ TARGETS: dict[str, TargetDesc] = {
                          # the Cube's 16 x 16 x 16 fractals, L0A/L0B (64 KiB) double-buffered
                          gemm=GemmDesc(micro=((16, 16),), stages=2, staging="l1-l0",
                                        small_m=0, staged_bytes=2, tile=(128, 256, 64)),
-                         # the Cube (half, bfloat16) reads a [N, K] or batch-broadcast
-                         # weight in place; the vector unit's matmul takes a copy
+                         # the Cube reads a [N, K] or batch-broadcast weight in place (a
+                         # float32 one [N, K] only); the vector unit reads the others there
                          weight_views=True,
                          weight_view_types=frozenset({"float16", "bfloat16", "float32"}),
                          # both products of attention on the Cube (half, bfloat16), the online
