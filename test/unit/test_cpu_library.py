@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -509,6 +510,27 @@ def test_verify_keeps_what_ran_when_interrupted() -> None:
     ran = int(rest[-2].split()[0])
     assert 1 <= ran < 24 and len([ln for ln in [first[1], *rest] if ln.startswith("swiglu  ")]) \
         == ran
+
+
+def test_verify_stops_at_a_ctrl_c_that_python_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt raised where Python swallows it (in a finalizer the garbage
+    collector runs) still stops the cases: the run says it was interrupted."""
+    from tilec.harness import verify as harness
+    real, calls = harness._case, []
+
+    def case(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)             # the handler runs, and raises, here
+            except KeyboardInterrupt:
+                pass                      # as Python does with one raised in a finalizer
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "_case", case)
+    report = verify(str(OPS / "swiglu.tile"), CompileOptions(), max_elements=1 << 12)
+    assert report.interrupted and len(calls) == 2
 
 
 @pytest.mark.parametrize("target", ["cpu", "ptx", "ascend-sim"])

@@ -20,12 +20,15 @@ the library too: such a case is "rejected", which agrees.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 import numpy as np
 
@@ -284,23 +287,49 @@ def verify(path: str, options: CompileOptions, *, max_elements: int = 1 << 22, s
                           [_label(v, lead, fn) for fn, bindings in plan for v, lead in bindings])
     report = Report([], [])
     _say(out, table.head())
-    try:
-        for fn, bindings in plan:
-            _run_function(fn, bindings, module, rng, max_elements, report, table, out,
-                          progress, Path(path).name)
-    except KeyboardInterrupt:
-        report.interrupted = True
+    with _ctrl_c() as stopped:
+        try:
+            for fn, bindings in plan:
+                _run_function(fn, bindings, module, rng, max_elements, report, table, out,
+                              progress, Path(path).name, stopped)
+        except KeyboardInterrupt:
+            pass
+        report.interrupted = stopped()
     for line in table.tail(report):
         _say(out, line)
     return report
 
 
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[Callable[[], bool]]:
+    """Whether Ctrl-C came, recorded as well as raised: a KeyboardInterrupt raised where
+    Python swallows it (in a finalizer the garbage collector runs) would otherwise be lost
+    and the run go on to the end."""
+    seen = [False]
+
+    def interrupted(signum: int, frame: Any) -> None:
+        seen[0] = True
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    before = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield lambda: seen[0]
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _run_function(fn: Function, bindings: list[tuple[dict[str, int], tuple]], module: Any,
                   rng: np.random.Generator, max_elements: int, report: Report, table: Table,
-                  out: TextIO | None, progress: TextIO | None, file: str) -> None:
+                  out: TextIO | None, progress: TextIO | None, file: str,
+                  stopped: Callable[[], bool]) -> None:
     start = time.perf_counter()
     before = len(report.cases)
     for values, lead in bindings:
+        if stopped():
+            raise KeyboardInterrupt
         case = _case(fn, module, values, lead, rng, max_elements)
         if isinstance(case, str):
             report.skipped.append(case)
