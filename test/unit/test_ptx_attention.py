@@ -80,10 +80,8 @@ def test_attention_shared_memory_fits_the_arch(arch: str) -> None:
         assert kernel.row_elements.value == 8 * 256
 
 
-def test_float32_attention_stays_unfused_and_says_why() -> None:
-    source = ("func f(q: Tensor<f32>[s, 64], k: Tensor<f32>[t, 64], v: Tensor<f32>[t, 64])\n"
-              "    -> Tensor<f32>[s, 64] {\n"
-              "  return softmax(q @ transpose(k, [1, 0]), axis=-1) @ v;\n}\n")
+def unfused_remarks(source: str) -> list[str]:
+    """The remarks of building ``source`` for ptx, whose attention must stay unfused."""
     sink = DiagnosticSink()
     with make_context():
         module = kernel_module(source, "f.tile", CompileOptions(target="ptx"), sink)
@@ -91,7 +89,14 @@ def test_float32_attention_stays_unfused_and_says_why() -> None:
         assert len(kernels) > 1
         assert all(TileParams.of(op.attributes[KERNEL_ATTR]).schedule != "attention"
                    for op in kernels)
-    remarks = [d.render() for d in sink.warnings]
+    return [d.render() for d in sink.warnings]
+
+
+def test_float32_attention_stays_unfused_and_says_why() -> None:
+    source = ("func f(q: Tensor<f32>[s, 64], k: Tensor<f32>[t, 64], v: Tensor<f32>[t, 64])\n"
+              "    -> Tensor<f32>[s, 64] {\n"
+              "  return softmax(q @ transpose(k, [1, 0]), axis=-1) @ v;\n}\n")
+    remarks = unfused_remarks(source)
     assert any("fuses attention of bfloat16 and float16 only, not float32" in r
                for r in remarks), remarks
 
@@ -102,14 +107,7 @@ def test_a_head_the_kernel_cannot_hold_stays_unfused_and_says_why(head: str, why
     """A symbolic, too large or odd head dimension keeps the unfused kernels (which hold no
     row of scores in shared memory, so any t runs)."""
     source = ATTENTION.split("func biased")[0].replace("128", head)
-    sink = DiagnosticSink()
-    with make_context():
-        module = kernel_module(source, "f.tile", CompileOptions(target="ptx"), sink)
-        kernels = [op for op in module.body.operations if KERNEL_ATTR in op.attributes]
-        assert len(kernels) > 1
-        assert all(TileParams.of(op.attributes[KERNEL_ATTR]).schedule != "attention"
-                   for op in kernels)
-    remarks = [d.render() for d in sink.warnings]
+    remarks = unfused_remarks(source)
     assert any("one constant head dimension, a multiple of 16 up to 128, " + why in r
                for r in remarks), remarks
 
