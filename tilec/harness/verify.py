@@ -293,8 +293,8 @@ def verify(path: str, options: CompileOptions, *, max_elements: int = 1 << 22, s
                 _run_function(fn, bindings, module, rng, max_elements, report, table, out,
                               progress, Path(path).name, stopped)
         except KeyboardInterrupt:
-            pass
-        report.interrupted = stopped()
+            report.interrupted = True
+        report.interrupted = report.interrupted or stopped()
     for line in table.tail(report):
         _say(out, line)
     return report
