@@ -177,13 +177,26 @@ def test_bfloat16_tiles_at_their_edges(lib):
     agrees(blocked, "bf16_shared", 100, 130, 200)
 
 
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_small_m_splits_k_and_columns(lib, m):
+    """The streamed path, B's rows contiguous: K split (at least 256 rows a split; their sums
+    added in split order) and, where M x N passes 16384 sums, N in blocks: K = 1000 in three
+    splits, N = 2100 in blocks of 1024 for M = 16 (the last of 52 columns, 4 past the last
+    vector); exact sums, so a split dropped or added twice shows."""
+    for name in ("plain", "bf16_shared", "f16"):
+        agrees(lib, name, m, 2100, 1000)
+
+
 def test_one_thread_gives_the_same_bits():
-    """The GEMM's sums do not depend on how the work is shared out."""
+    """The GEMM's sums do not depend on how the work is shared out: the packed path and the
+    streamed one (M = 5, K in 11 splits)."""
     probe = ("import sys, numpy as np, tilec; sys.path.insert(0, sys.argv[1]); "
              "import test_gemm as t; lib = tilec.compile_string(t.SOURCE, 'gemm.tile'); "
              "r = np.random.default_rng(3); x = r.standard_normal((300, 700), np.float32); "
              "w = r.standard_normal((513, 700), np.float32); "
-             "sys.stdout.buffer.write(lib.linear(x, w).tobytes())")
+             "y = r.standard_normal((5, 3000), np.float32); "
+             "v = r.standard_normal((3000, 2100), np.float32); "
+             "sys.stdout.buffer.write(lib.linear(x, w).tobytes() + lib.plain(y, v).tobytes())")
     outs = []
     for threads in ("1", "2"):
         env = dict(os.environ, TILEC_NUM_THREADS=threads)
@@ -252,10 +265,11 @@ def test_many_rows_run_in_passes(lib):
 
 
 def test_every_small_m_streams_each_column_group(lib):
-    """M = 1..16 (the streamed path): all M rows' accumulators of a group of columns held in
-    registers over K in chunks of 64 (groups of 8, 4, 2 or 1 vectors by M), the vectors
-    left over and the columns past the last vector the plain way: N = 200 and K = 130
-    leave some of each; float32 and bfloat16 weights."""
+    """M = 1..16 (the streamed path): the sums of a group of rows of A (16, 12, 8, 6, 4, 3, 2
+    or 1) by a group of columns held in registers over 16 rows of B at a time (groups of 8,
+    4, 2 or 1 vectors by M), the vectors left over one at a time and the columns past the
+    last vector the plain way: N = 200 and K = 130 leave some of each; float32 and bfloat16
+    weights."""
     for m in range(1, 17):
         agrees(lib, "plain", m, 200, 130)
         agrees(lib, "bf16_shared", m, 200, 130)

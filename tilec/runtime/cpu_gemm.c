@@ -8,9 +8,11 @@
  * whose B is shared (batch stride 0) and whose A rows follow each other is one problem of
  * batch * m rows.
  *
- * Small M (decode): each item owns a slice of columns and streams B over it once, every row
- * of A (widened once per call) against each line of B as it arrives; a transposed B (rows of
- * it contiguous along K) is read as dot products instead.
+ * Small M (decode): B is read once, where it lies, in the order it lies: each item takes a
+ * split of K (B's rows) by a block of columns and streams it a few rows at a time, every row
+ * of A (widened once per call) against each line of B as it arrives, into the split's float32
+ * sums, which a second pass adds in split order; a transposed B (rows of it contiguous along
+ * K) is read as dot products instead.
  *
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
  * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
@@ -602,19 +604,26 @@ static int gemm_packed(const tilec_gemm_problem* p) {
 
 /* -- the small-M problem -------------------------------------------------------------------- */
 
+/* B's rows contiguous (x @ w): items of split_rows rows of B by `width` columns.  Each item
+ * streams its rows as they lie in memory, a few rows at a time (so that the prefetchers
+ * follow a few long streams, not one per row), against every row of A, into its split's
+ * float32 sums; a second pass adds the splits of each column in split order and hands them to
+ * the epilogue.  Items and splits depend on the shape alone, so the sums do not change with
+ * the number of threads.  B's columns contiguous (x @ transpose(w)): each item owns `width`
+ * columns and takes the dot products of each, read once, with every row of A. */
 typedef struct {
   const tilec_gemm_problem* p;
   int64_t batch;
-  const float* a; /* the batch's rows of A, widened: m x k */
-  int64_t width;  /* columns per item */
+  const float* a;          /* the batch's rows of A, widened: m x k */
+  int64_t width;           /* columns per item */
+  int64_t splits, rows;    /* B's rows: splits of K of `rows` rows each */
+  float* sums;             /* B's rows: splits x m x n, the splits' sums */
 } Stream;
 
-/* An item's accumulators (M x its columns) stay in L1; its columns are as many as that allows,
- * so that each row of B is read in long runs, and the items still number two per thread. */
-#define STREAM_ACC 4096
-#define STREAM_AHEAD 4 /* rows of B prefetched ahead of the one being read */
-
-#define STREAM_CHUNK 64 /* rows of K over which a group of columns stays in registers */
+#define STREAM_ACC 16384    /* floats of an item's sums (m x width), in L2 */
+#define STREAM_ITEMS 32     /* items wanted per call (shape-only: no thread count) */
+#define STREAM_MIN_ROWS 256 /* rows of B a split holds at least */
+#define STREAM_ROWS 16      /* rows of B read side by side; the sums stay in registers */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) {
@@ -624,122 +633,180 @@ static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) 
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Vectors [v, v + NV) of a slice's columns (B's element (0, j0) at col0) over K rows
- * [k0, k1), for R = m rows: the R x NV accumulators stay in registers, each line of B is
- * loaded once, and the same columns one chunk further are fetched into L2 meanwhile.
- * Inlined with constant R and NV, so that the arrays become registers. */
-static ALWAYS_INLINE V4 void stream_group(const Stream* s, const char* col0, int64_t v,
-                                          int64_t k0, int64_t k1, float* acc, const int R,
-                                          const int NV) {
-  const tilec_gemm_operand* b = &s->p->b;
-  int64_t row = b->row * element_bytes(b->dtype), vbytes = 16 * element_bytes(b->dtype);
-  int64_t kk = s->p->k;
+static ALWAYS_INLINE V3 __m256 b_vector8(const void* line, int64_t v, int dtype) {
+  if (dtype == TILEC_GEMM_F32) return _mm256_loadu_ps((const float*)line + 8 * v);
+  __m128i h = _mm_loadu_si128((const __m128i*)line + v);
+  if (dtype == TILEC_GEMM_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* A chunk of rows of B read side by side, and where its sums go. */
+typedef struct {
+  const char* line0; /* B's element at the chunk's first row and the item's first column */
+  int64_t row;       /* bytes from a row of B to the next */
+  int64_t rows;      /* rows in the chunk */
+  int64_t ahead;     /* rows whose lines STREAM_ROWS rows on are fetched into L2 (0: none) */
+  int dtype;
+  const float* a; /* A's element at the group's first row and the chunk's first row of B */
+  int64_t k;      /* A's row length */
+  float* acc;     /* the group's first row of sums, at the item's first column */
+  int64_t ld;
+} Chunk;
+
+/* Vectors [v, v + NV) of the chunk's columns for R rows of A: the R x NV sums stay in
+ * registers over the chunk's rows, each line of B is loaded once.  Inlined with constant R,
+ * NV and dtype (B's, the chunk's): the arrays become registers, the widening one instruction. */
+static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int dtype,
+                                          const int R, const int NV) {
+  const char* line0 = ch->line0;
+  const float* a = ch->a;
+  float* acc = ch->acc;
+  int64_t row = ch->row, k = ch->k, ld = ch->ld, vbytes = 16 * element_bytes(dtype);
   __m512 c[R][NV];
   for (int i = 0; i < R; i++)
-    for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * s->width + 16 * (v + u));
-  for (int64_t k = k0; k < k1; k++) {
-    const char* line = col0 + k * row;
-    if (k + STREAM_CHUNK < kk)
+    for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
+  for (int64_t r = 0; r < ch->rows; r++) {
+    const char* line = line0 + r * row;
+    if (r < ch->ahead)
       for (int u = 0; u < NV * vbytes; u += 64)
-        _mm_prefetch(line + STREAM_CHUNK * row + v * vbytes + u, _MM_HINT_T1);
+        _mm_prefetch(line + STREAM_ROWS * row + v * vbytes + u, _MM_HINT_T1);
     __m512 bv[NV];
-    for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, b->dtype);
+    for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
     for (int i = 0; i < R; i++) {
-      __m512 ai = _mm512_set1_ps(s->a[i * kk + k]);
+      __m512 ai = _mm512_set1_ps(a[i * k + r]);
       for (int u = 0; u < NV; u++) c[i][u] = _mm512_fmadd_ps(ai, bv[u], c[i][u]);
     }
   }
   for (int i = 0; i < R; i++)
-    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * s->width + 16 * (v + u), c[i][u]);
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * ld + 16 * (v + u), c[i][u]);
 }
 
-/* vectors per group for R rows: R x NV accumulators, NV vectors of B and a broadcast in the
- * 32 registers */
-#define GROUP_NV(R) ((R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
-#define GROUP_CASE(R) \
-  case R: stream_group(s, col0, v, k0, k1, acc, R, GROUP_NV(R)); break;
-
-/* The first of a slice's vectors (all but fewer than a group) by stream_group; returns how
- * many it took. */
-static V4 int64_t stream_groups_v4(const Stream* s, int64_t j0, int64_t vectors, float* acc) {
-  const tilec_gemm_operand* b = &s->p->b;
-  const char* col0 = at(b, s->batch * b->batch + j0);
-  int64_t m = s->p->m, nv = GROUP_NV(m), full = vectors / nv * nv;
-  for (int64_t k0 = 0; k0 < s->p->k; k0 += STREAM_CHUNK) {
-    int64_t k1 = s->p->k - k0 < STREAM_CHUNK ? s->p->k : k0 + STREAM_CHUNK;
-    for (int64_t v = 0; v < full; v += nv) {
-      switch (m) {
-        GROUP_CASE(1) GROUP_CASE(2) GROUP_CASE(3) GROUP_CASE(4) GROUP_CASE(5) GROUP_CASE(6)
-        GROUP_CASE(7) GROUP_CASE(8) GROUP_CASE(9) GROUP_CASE(10) GROUP_CASE(11)
-        GROUP_CASE(12) GROUP_CASE(13) GROUP_CASE(14) GROUP_CASE(15) GROUP_CASE(16)
-        default: return 0;
-      }
+/* The same with 8 lanes and 16 registers (x86-64-v3). */
+static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int dtype,
+                                           const int R, const int NV) {
+  const char* line0 = ch->line0;
+  const float* a = ch->a;
+  float* acc = ch->acc;
+  int64_t row = ch->row, k = ch->k, ld = ch->ld, vbytes = 8 * element_bytes(dtype);
+  __m256 c[R][NV];
+  for (int i = 0; i < R; i++)
+    for (int u = 0; u < NV; u++) c[i][u] = _mm256_loadu_ps(acc + i * ld + 8 * (v + u));
+  for (int64_t r = 0; r < ch->rows; r++) {
+    const char* line = line0 + r * row;
+    if (r < ch->ahead)
+      for (int u = 0; u < NV * vbytes; u += 64)
+        _mm_prefetch(line + STREAM_ROWS * row + v * vbytes + u, _MM_HINT_T1);
+    __m256 bv[NV];
+    for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
+    for (int i = 0; i < R; i++) {
+      __m256 ai = _mm256_broadcast_ss(a + i * k + r);
+      for (int u = 0; u < NV; u++) c[i][u] = _mm256_fmadd_ps(ai, bv[u], c[i][u]);
     }
   }
-  return full;
+  for (int i = 0; i < R; i++)
+    for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + i * ld + 8 * (v + u), c[i][u]);
 }
 
-/* acc[i][j] (+)= sum_k a[i][k] * B[k][j] for rows i < m and columns j of one slice, B rows
- * contiguous: each line of B read once, against every row of A; the vectors that
- * stream_groups_v4 leaves, and the columns past the last vector. */
-static V4 void stream_rows_v4(const Stream* s, int64_t j0, int64_t cols, float* acc) {
-  const tilec_gemm_problem* p = s->p;
-  const tilec_gemm_operand* b = &p->b;
-  int64_t m = p->m, vectors = cols / 16;
-  for (int64_t i = 0; i < m * s->width; i++) acc[i] = 0.0f;
-  int64_t first = stream_groups_v4(s, j0, vectors, acc);
-  if (first == vectors && cols == vectors * 16) return;
-  for (int64_t k = 0; k < p->k; k++) {
-    const void* line = at(b, s->batch * b->batch + k * b->row + j0);
-    const char* ahead = k + STREAM_AHEAD < p->k ? (const char*)at(b, s->batch * b->batch +
-                        (k + STREAM_AHEAD) * b->row + j0) : NULL;
-    for (int64_t v = first; v < vectors; v++) {
-      if (ahead != NULL) _mm_prefetch(ahead + 64 * v, _MM_HINT_T0);
-      __m512 bv = b_vector(line, v, b->dtype);
-      for (int64_t i = 0; i < m; i++) {
-        float* c = acc + i * s->width + 16 * v;
-        __m512 ai = _mm512_set1_ps(s->a[i * p->k + k]);
-        _mm512_storeu_ps(c, _mm512_fmadd_ps(ai, bv, _mm512_loadu_ps(c)));
-      }
-    }
-    for (int64_t j = vectors * 16; j < cols; j++) {
-      float bj = element(b, s->batch * b->batch + k * b->row + j0 + j);
-      for (int64_t i = 0; i < m; i++) acc[i * s->width + j] += s->a[i * p->k + k] * bj;
-    }
+/* Vectors per group for R rows: R x NV sums, NV vectors of B and a broadcast in the 32
+ * (x86-64-v4) or 16 (x86-64-v3, R <= 12) registers. */
+#define NV4(R) ((R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
+#define NV3(R) ((R) <= 2 ? 4 : (R) <= 6 ? 2 : 1)
+#define ROWS_V3 12
+
+/* The rows of A a group takes (GROUP_ROWS: 16, 12, 8, 6, 4, 3, 2 or 1, the sizes compiled
+ * below): the most up to `left` and `most`. */
+static int64_t group_rows(int64_t left, int64_t most) {
+  static const int64_t sizes[] = {16, 12, 8, 6, 4, 3, 2, 1};
+  int i = 0;
+  while (sizes[i] > left || sizes[i] > most) i++;
+  return sizes[i];
+}
+
+#define GROUP4(R, NV, DTYPE) stream_group(c, v, DTYPE, R, NV)
+#define FULL4(R) \
+  case R: for (; v + NV4(R) <= vectors; v += NV4(R)) GROUP4(R, NV4(R), dtype); break;
+#define LEFT4(R) \
+  case R: for (; v < vectors; v++) GROUP4(R, 1, c->dtype); break;
+
+/* The chunk's whole groups of NV4(m) vectors (16 lanes) for m rows of A (one of GROUP_ROWS),
+ * B's elements of type `dtype` (a constant where inlined); returns the vectors done. */
+static ALWAYS_INLINE V4 int64_t groups_v4(const Chunk* c, int64_t m, int64_t vectors,
+                                          const int dtype) {
+  int64_t v = 0;
+  switch (m) {
+    FULL4(1) FULL4(2) FULL4(3) FULL4(4) FULL4(6) FULL4(8) FULL4(12) FULL4(16)
+    default: break;
+  }
+  return v;
+}
+
+static V4 void stream_chunk_v4(const Chunk* c, int64_t m, int64_t vectors) {
+  int64_t v = c->dtype == TILEC_GEMM_F32 ? groups_v4(c, m, vectors, TILEC_GEMM_F32)
+            : c->dtype == TILEC_GEMM_F16 ? groups_v4(c, m, vectors, TILEC_GEMM_F16)
+                                         : groups_v4(c, m, vectors, TILEC_GEMM_BF16);
+  switch (m) { /* the vectors left over, one at a time, any dtype */
+    LEFT4(1) LEFT4(2) LEFT4(3) LEFT4(4) LEFT4(6) LEFT4(8) LEFT4(12) LEFT4(16)
+    default: break;
   }
 }
 
-static V3 void stream_rows_v3(const Stream* s, int64_t j0, int64_t cols, float* acc) {
+#define GROUP3(R, NV, DTYPE) stream_group8(c, v, DTYPE, R, NV)
+#define FULL3(R) \
+  case R: for (; v + NV3(R) <= vectors; v += NV3(R)) GROUP3(R, NV3(R), dtype); break;
+#define LEFT3(R) \
+  case R: for (; v < vectors; v++) GROUP3(R, 1, c->dtype); break;
+
+/* The same with 8 lanes for m rows of A (one of GROUP_ROWS, at most ROWS_V3). */
+static ALWAYS_INLINE V3 int64_t groups_v3(const Chunk* c, int64_t m, int64_t vectors,
+                                          const int dtype) {
+  int64_t v = 0;
+  switch (m) {
+    FULL3(1) FULL3(2) FULL3(3) FULL3(4) FULL3(6) FULL3(8) FULL3(12)
+    default: break;
+  }
+  return v;
+}
+
+static V3 void stream_chunk_v3(const Chunk* c, int64_t m, int64_t vectors) {
+  int64_t v = c->dtype == TILEC_GEMM_F32 ? groups_v3(c, m, vectors, TILEC_GEMM_F32)
+            : c->dtype == TILEC_GEMM_F16 ? groups_v3(c, m, vectors, TILEC_GEMM_F16)
+                                         : groups_v3(c, m, vectors, TILEC_GEMM_BF16);
+  switch (m) {
+    LEFT3(1) LEFT3(2) LEFT3(3) LEFT3(4) LEFT3(6) LEFT3(8) LEFT3(12)
+    default: break;
+  }
+}
+
+/* Item `item` of B's rows: its split's sums of its columns, zeroed, then its rows of B in
+ * chunks of STREAM_ROWS (each chunk's columns in vectors, the last few one at a time). */
+static void stream_rows(const Stream* s, int64_t item) {
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
-  int64_t m = p->m, vectors = cols / 8;
-  for (int64_t i = 0; i < m * s->width; i++) acc[i] = 0.0f;
-  for (int64_t k = 0; k < p->k; k++) {
-    const void* line = at(b, s->batch * b->batch + k * b->row + j0);
-    const char* ahead = k + STREAM_AHEAD < p->k ? (const char*)at(b, s->batch * b->batch +
-                        (k + STREAM_AHEAD) * b->row + j0) : NULL;
-    for (int64_t v = 0; v < vectors; v += 2) {
-      if (ahead != NULL) _mm_prefetch(ahead + 32 * v, _MM_HINT_T0);
-    }
-    for (int64_t v = 0; v < vectors; v++) {
-      __m256 bv;
-      if (b->dtype == TILEC_GEMM_F32)
-        bv = _mm256_loadu_ps((const float*)line + 8 * v);
-      else if (b->dtype == TILEC_GEMM_F16)
-        bv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)line + v));
+  int64_t blocks = (p->n + s->width - 1) / s->width;
+  int64_t split = item / blocks, j0 = item % blocks * s->width;
+  int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
+  int64_t k0 = split * s->rows, k1 = k0 + s->rows < p->k ? k0 + s->rows : p->k;
+  float* acc = s->sums + split * p->m * p->n + j0;
+  for (int64_t i = 0; i < p->m; i++) memset(acc + i * p->n, 0, (size_t)cols * sizeof(float));
+  int v4 = tilec_cpu_level() >= 4, lanes = v4 ? 16 : 8;
+  int64_t vectors = cols / lanes, m;
+  for (int64_t r = k0; r < k1; r += STREAM_ROWS) {
+    int64_t rows = k1 - r < STREAM_ROWS ? k1 - r : STREAM_ROWS;
+    int64_t ahead = r + 2 * STREAM_ROWS <= p->k ? rows : 0;
+    for (int64_t i0 = 0; i0 < p->m; i0 += m) {
+      m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
+      Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
+                 rows, ahead, b->dtype, s->a + i0 * p->k + r, p->k, acc + i0 * p->n, p->n};
+      if (v4)
+        stream_chunk_v4(&c, m, vectors);
       else
-        bv = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)line + v)), 16));
-      for (int64_t i = 0; i < m; i++) {
-        float* c = acc + i * s->width + 8 * v;
-        __m256 ai = _mm256_broadcast_ss(s->a + i * p->k + k);
-        _mm256_storeu_ps(c, _mm256_fmadd_ps(ai, bv, _mm256_loadu_ps(c)));
+        stream_chunk_v3(&c, m, vectors);
+    }
+    for (int64_t j = vectors * lanes; j < cols; j++)
+      for (int64_t kk = r; kk < r + rows; kk++) {
+        float bj = element(b, s->batch * b->batch + kk * b->row + j0 + j);
+        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += s->a[i * p->k + kk] * bj;
       }
-    }
-    for (int64_t j = vectors * 8; j < cols; j++) {
-      float bj = element(b, s->batch * b->batch + k * b->row + j0 + j);
-      for (int64_t i = 0; i < m; i++) acc[i * s->width + j] += s->a[i * p->k + k] * bj;
-    }
   }
 }
 
@@ -777,23 +844,79 @@ static V3 void stream_columns(const Stream* s, int64_t j0, int64_t cols, float* 
   }
 }
 
-static void stream_items(void* ctx, int64_t first, int64_t last) {
+#define COLUMNS_ACC 4096 /* floats of an item's sums, B's columns contiguous */
+
+static void column_items(void* ctx, int64_t first, int64_t last) {
   const Stream* s = ctx;
   const tilec_gemm_problem* p = s->p;
-  float acc[STREAM_ACC];
+  float acc[COLUMNS_ACC];
   for (int64_t item = first; item < last; item++) {
     int64_t j0 = item * s->width;
     int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
-    if (p->b.col != 1 && (p->b.row == 1 || p->n == 1))
-      stream_columns(s, j0, cols, acc);
-    else if (p->b.col != 1)
-      return; /* not taken: tilec_gemm sends other layouts to the packed path */
-    else if (tilec_cpu_level() >= 4)
-      stream_rows_v4(s, j0, cols, acc);
-    else
-      stream_rows_v3(s, j0, cols, acc);
+    stream_columns(s, j0, cols, acc);
     p->epilogue(p->ctx, acc, s->width, s->batch * p->m, (s->batch + 1) * p->m, j0,
                 j0 + cols);
+  }
+}
+
+static void row_items(void* ctx, int64_t first, int64_t last) {
+  for (int64_t item = first; item < last; item++) stream_rows(ctx, item);
+}
+
+/* Column blocks of B's rows: the splits' sums added in split order into the first split's,
+ * then handed to the epilogue. */
+static void add_splits(void* ctx, int64_t first, int64_t last) {
+  const Stream* s = ctx;
+  const tilec_gemm_problem* p = s->p;
+  for (int64_t item = first; item < last; item++) {
+    int64_t j0 = item * s->width;
+    int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
+    for (int64_t split = 1; split < s->splits; split++)
+      for (int64_t i = 0; i < p->m; i++) {
+        float* dst = s->sums + i * p->n + j0;
+        const float* src = s->sums + (split * p->m + i) * p->n + j0;
+        for (int64_t j = 0; j < cols; j++) dst[j] += src[j];
+      }
+    p->epilogue(p->ctx, s->sums + j0, p->n, s->batch * p->m, (s->batch + 1) * p->m, j0,
+                j0 + cols);
+  }
+}
+
+static __thread Scratch stream_sums;
+
+/* B's rows: column blocks whose sums fit STREAM_ACC, and as many splits of K as make about
+ * STREAM_ITEMS items, each of at least STREAM_MIN_ROWS rows; 0 when out of memory. */
+static int plan_rows(Stream* s) {
+  const tilec_gemm_problem* p = s->p;
+  s->width = p->m * p->n <= STREAM_ACC ? p->n : STREAM_ACC / p->m / 64 * 64;
+  int64_t blocks = (p->n + s->width - 1) / s->width, most = p->k / STREAM_MIN_ROWS;
+  int64_t splits = (STREAM_ITEMS + blocks - 1) / blocks;
+  if (splits > most) splits = most > 1 ? most : 1;
+  s->rows = round_up((p->k + splits - 1) / splits, STREAM_ROWS);
+  if (s->rows == 0) s->rows = STREAM_ROWS;
+  s->splits = (p->k + s->rows - 1) / s->rows > 1 ? (p->k + s->rows - 1) / s->rows : 1;
+  s->sums = grown(&stream_sums, s->splits * p->m * p->n);
+  return s->sums != NULL;
+}
+
+static void plan_columns(Stream* s) {
+  const tilec_gemm_problem* p = s->p;
+  int64_t shared = p->n / (2 * (int64_t)tilec_num_threads()) / 64 * 64;
+  s->width = COLUMNS_ACC / p->m / 64 * 64;
+  if (shared >= 64 && shared < s->width) s->width = shared;
+}
+
+/* The batch's rows of A, widened into s->a (m x k). */
+static void widen_a(const Stream* s, float* a) {
+  const tilec_gemm_problem* p = s->p;
+  const tilec_gemm_operand* x = &p->a;
+  for (int64_t i = 0; i < p->m; i++) {
+    if (x->col == 1) {
+      widen(a + i * p->k, at(x, s->batch * x->batch + i * x->row), x->dtype, p->k);
+      continue;
+    }
+    for (int64_t k = 0; k < p->k; k++)
+      a[i * p->k + k] = element(x, s->batch * x->batch + i * x->row + k * x->col);
   }
 }
 
@@ -801,21 +924,18 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   float* a = grown(&widened_a, p->m * p->k > 0 ? p->m * p->k : 1);
   if (a == NULL) return TILEC_ERR_NO_MEMORY;
   Stream s = {.p = p, .a = a};
-  int64_t shared = p->n / (2 * (int64_t)tilec_num_threads()) / 64 * 64;
-  s.width = STREAM_ACC / p->m / 64 * 64;
-  if (shared >= 64 && shared < s.width) s.width = shared;
-  int64_t items = (p->n + s.width - 1) / s.width;
+  int rows = p->b.col == 1;
+  if (rows && !plan_rows(&s)) return TILEC_ERR_NO_MEMORY;
+  if (!rows) plan_columns(&s);
+  int64_t blocks = (p->n + s.width - 1) / s.width;
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
-    const tilec_gemm_operand* x = &p->a;
-    for (int64_t i = 0; i < p->m; i++) {
-      if (x->col == 1) {
-        widen(a + i * p->k, at(x, s.batch * x->batch + i * x->row), x->dtype, p->k);
-        continue;
-      }
-      for (int64_t k = 0; k < p->k; k++)
-        a[i * p->k + k] = element(x, s.batch * x->batch + i * x->row + k * x->col);
+    widen_a(&s, a);
+    if (!rows) {
+      tilec_parallel_for(blocks, SHARED_TRAFFIC, column_items, &s);
+      continue;
     }
-    tilec_parallel_for(items, SHARED_TRAFFIC, stream_items, &s);
+    tilec_parallel_for(blocks * s.splits, SHARED_TRAFFIC, row_items, &s);
+    tilec_parallel_for(blocks, SHARED_TRAFFIC, add_splits, &s);
   }
   return TILEC_OK;
 }
