@@ -328,6 +328,22 @@ def test_parallel_for_runs_every_row_once(runtime, rows: int, traffic: int) -> N
     np.testing.assert_array_equal(seen, 1)
 
 
+@pytest.mark.parametrize("items", [1, 2, 14, 33])
+def test_parallel_items_hands_out_one_row_at_a_time(runtime, items: int) -> None:
+    """The GEMM's launches: every item a chunk of its own (14 items in 8 chunks of 1 or 2
+    left a thread idle for an item at the end), each run once."""
+    calls = []
+
+    @ROWS
+    def body(ctx, begin: int, end: int) -> None:
+        calls.append((begin, end))
+
+    runtime.tilec_parallel_items(ctypes.c_int64(items), body, None)
+    threads = runtime.tilec_num_threads()
+    want = [(i, i + 1) for i in range(items)] if threads > 1 else [(0, items)]
+    assert sorted(calls) == want
+
+
 def test_thread_count_comes_from_the_environment(tmp_path: Path, runtime) -> None:
     probe = ("import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).tilec_num_threads())")
     path = runtime._name

@@ -539,12 +539,20 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
   if (g->u.pairs) amx_end();
 }
 
-/* Items: row blocks by column slices, at least four per thread where the block allows. */
+/* Items: row blocks by column slices, at least four per thread where the block allows, and
+ * a multiple of the threads where up to twice the slices allow it.  The items cost about the
+ * same and are handed out one at a time: 7 row blocks by 2 slices on 4 threads would leave
+ * two threads idle for the last item, 7 by 4 none. */
 static void plan_items(Gemm* g) {
   int64_t row_blocks = (g->m + g->mc - 1) / g->mc;
   int64_t panels = (g->nc_now + g->u.nr - 1) / g->u.nr;
-  int64_t wanted = 4 * (int64_t)tilec_num_threads();
+  int64_t threads = tilec_num_threads(), wanted = 4 * threads;
   int64_t per_block = (wanted + row_blocks - 1) / row_blocks;
+  for (int64_t more = per_block; more <= 2 * per_block && more <= panels; more++)
+    if (row_blocks * more % threads == 0) {
+      per_block = more;
+      break;
+    }
   if (per_block > panels) per_block = panels;
   int64_t panels_per_slice = (panels + per_block - 1) / per_block;
   g->slice = panels_per_slice * g->u.nr;
@@ -561,8 +569,7 @@ static int gemm_batch(Gemm* g) {
       g->kc_now = p->k - g->pc < g->kc ? p->k - g->pc : g->kc;
       int64_t panels = (g->nc_now + g->u.nr - 1) / g->u.nr;
       tilec_parallel_for(panels, SHARED_TRAFFIC, pack_b, g);
-      tilec_parallel_for((g->m + g->mc - 1) / g->mc * g->slices, SHARED_TRAFFIC, compute_items,
-                         g);
+      tilec_parallel_items((g->m + g->mc - 1) / g->mc * g->slices, compute_items, g);
       if (g->failed) return TILEC_ERR_NO_MEMORY;
       g->pc += g->kc_now;
     } while (g->pc < p->k);
@@ -931,11 +938,11 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
     widen_a(&s, a);
     if (!rows) {
-      tilec_parallel_for(blocks, SHARED_TRAFFIC, column_items, &s);
+      tilec_parallel_items(blocks, column_items, &s);
       continue;
     }
-    tilec_parallel_for(blocks * s.splits, SHARED_TRAFFIC, row_items, &s);
-    tilec_parallel_for(blocks, SHARED_TRAFFIC, add_splits, &s);
+    tilec_parallel_items(blocks * s.splits, row_items, &s);
+    tilec_parallel_items(blocks, add_splits, &s);
   }
   return TILEC_OK;
 }

@@ -6,7 +6,7 @@
  * caller, which works too.  A launch cuts its rows into contiguous chunks (at most
  * CHUNKS_PER_THREAD per thread, each at least CHUNK_BYTES of traffic) that threads take in
  * order from an atomic counter, so a slow core delays the launch by one chunk, not by a
- * fixed share.  A fork()ed child starts a fresh pool; unloading the library joins the
+ * fixed share; tilec_parallel_items makes each row a chunk.  A fork()ed child starts a fresh pool; unloading the library joins the
  * threads.
  */
 #define _GNU_SOURCE
@@ -223,30 +223,38 @@ static int64_t chunk_count(int64_t rows, int64_t bytes) {
   return chunks < rows ? chunks : rows;
 }
 
-void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx) {
+/* rows in `chunks` contiguous chunks, taken by the threads in order */
+static void launch(int64_t rows, int64_t chunks, tilec_rows_fn fn, void* ctx) {
   if (rows <= 0) return;
-  int64_t chunks = chunk_count(rows, bytes);
   if (chunks <= 1 || inside_launch) {
     fn(ctx, 0, rows);
     return;
   }
   pthread_mutex_lock(&launch_lock);
   if (!pool.started) start_pool();
-  Launch launch = {fn, ctx, rows, chunks};
+  Launch work = {fn, ctx, rows, chunks};
   pthread_mutex_lock(&pool.lock);
-  pool.launch = launch;
+  pool.launch = work;
   __atomic_store_n(&pool.next, 0, __ATOMIC_RELAXED);
   pool.busy = pool.nworkers;
   pool.generation++;
   pthread_cond_broadcast(&pool.wake);
   pthread_mutex_unlock(&pool.lock);
   inside_launch = 1;
-  run_chunks(&launch);
+  run_chunks(&work);
   inside_launch = 0;
   pthread_mutex_lock(&pool.lock);
   while (pool.busy > 0) pthread_cond_wait(&pool.done, &pool.lock);
   pthread_mutex_unlock(&pool.lock);
   pthread_mutex_unlock(&launch_lock);
+}
+
+void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx) {
+  launch(rows, rows > 0 ? chunk_count(rows, bytes) : 0, fn, ctx);
+}
+
+void tilec_parallel_items(int64_t items, tilec_rows_fn fn, void* ctx) {
+  launch(items, tilec_num_threads() > 1 ? items : 1, fn, ctx);
 }
 
 /* tilec_record_error and tilec_last_error are exported, and the library calls them through

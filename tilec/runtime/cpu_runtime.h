@@ -34,6 +34,10 @@ typedef void (*tilec_rows_fn)(void* ctx, int64_t row_begin, int64_t row_end);
  * are serialised; a call from inside a running launch runs inline. */
 void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx);
 
+/* The same with every row a chunk of its own: for a launch of a few large items of equal
+ * cost (the GEMM's), where chunks of several would leave a thread idle at the end. */
+void tilec_parallel_items(int64_t items, tilec_rows_fn fn, void* ctx);
+
 /* The pool's size counting the caller: TILEC_NUM_THREADS if set (>= 1), else the CPUs this
  * process may run on. */
 int tilec_num_threads(void);
