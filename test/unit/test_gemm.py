@@ -18,7 +18,7 @@ import pytest
 import tilec
 from tilec.harness.numerics import assert_close
 from tilec.frontend import compile_source
-from tilec.harness.reference import run
+from tilec.harness.reference import allowed, run
 
 SOURCE = """
 func plain(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] {
@@ -52,6 +52,9 @@ func f16(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n], bias: Tensor<f16>[n]) -> Te
 }
 func f16_linear(x: Tensor<f16>[m, k], w: Tensor<f16>[n, k]) -> Tensor<f32>[m, n] {
   return cast(x @ transpose(w, perm=[1, 0]), f32);
+}
+func f16_wide(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n]) -> Tensor<f32>[m, n] {
+  return cast(x @ w, f32);
 }
 """
 
@@ -95,6 +98,7 @@ def arguments(name: str, m: int, n: int, k: int) -> list[np.ndarray]:
         "f16": lambda: [rand((m, k), np.float16), rand((k, n), np.float16),
                         rand(n, np.float16)],
         "f16_linear": lambda: [rand((m, k), np.float16), rand((n, k), np.float16)],
+        "f16_wide": lambda: [rand((m, k), np.float16), rand((k, n), np.float16)],
     }[name]()
 
 
@@ -109,7 +113,7 @@ def agrees(lib, name: str, m: int, n: int, k: int) -> None:
 
 
 FUNCTIONS = ("plain", "linear", "batched", "shared", "shared_linear", "fused", "bf16",
-             "bf16_shared", "f16", "f16_linear")
+             "bf16_shared", "f16", "f16_linear", "f16_wide")
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
@@ -161,10 +165,10 @@ def test_matches_the_reference_on_the_avx2_code():
     agrees_in_child("x86-64-v3", FUNCTIONS)
 
 
-def test_bfloat16_matches_the_reference_on_the_avx512_code():
-    """TILEC_CPU=x86-64-v4 keeps AMX off: bfloat16 operands widened to float32 into the
-    14 x 32 micro-kernel, where this process (on a CPU with AMX) runs AMX's tiles."""
-    agrees_in_child("x86-64-v4", ("bf16", "bf16_shared"))
+def test_half_types_match_the_reference_on_the_avx512_code():
+    """TILEC_CPU=x86-64-v4 keeps AMX off: bfloat16 and float16 operands widened to float32
+    into the 14 x 32 micro-kernel, where this process (on a CPU with AMX) runs AMX's tiles."""
+    agrees_in_child("x86-64-v4", ("bf16", "bf16_shared", "f16", "f16_wide"))
 
 
 def test_bfloat16_tiles_at_their_edges(lib):
@@ -175,6 +179,32 @@ def test_bfloat16_tiles_at_their_edges(lib):
         agrees(lib, "bf16_shared", m, n, k)
     blocked = tilec.compile_string(SOURCE, "gemm.tile", gemm_tile="40x96x48")
     agrees(blocked, "bf16_shared", 100, 130, 200)
+
+
+def test_float16_products_are_exact_to_float32(lib):
+    """float16 operands with a float32 result (on AMX: each element split into two bfloat16,
+    four tile products) meet float32's tolerance, not float16's or bfloat16's: full-precision
+    float16 values (11 significant bits, subnormals among them), so that keeping only the
+    high bfloat16 part of either operand is off by about 2**-9 of a term."""
+    for m, n, k in ((100, 300, 1000), (33, 31, 31), (64, 64, 33), (40, 1, 70)):
+        x = (RNG.standard_normal((m, k)) * np.exp2(RNG.integers(-16, 4, (m, k))))
+        w = RNG.standard_normal((k, n)) * np.exp2(RNG.integers(-16, 4, (k, n)))
+        x, w = x.astype(np.float16), w.astype(np.float16)
+        (want,), (allowance,) = allowed(reference_module(), "f16_wide", x, w)
+        assert_close(lib.f16_wide(x, w), want, np.float32, allowance)
+
+
+def test_float16_infinities_and_nans_survive_the_split(lib):
+    """Operands with an infinity or a NaN stay on the FMA kernel (split, the low parts' zeros
+    would meet the infinity: 0 x inf = NaN): a column with +inf gives +inf, one with NaN
+    gives NaN, the others their sums."""
+    x = np.ones((40, 64), np.float16)
+    w = np.ones((64, 50), np.float16)
+    w[3, 7], w[5, 9] = np.inf, np.nan
+    got = lib.f16_wide(x, w)
+    assert np.all(got[:, 7] == np.inf) and np.all(np.isnan(got[:, 9]))
+    rest = np.delete(got, [7, 9], axis=1)
+    np.testing.assert_array_equal(rest, 64.0)
 
 
 @pytest.mark.parametrize("m", [1, 5, 16])

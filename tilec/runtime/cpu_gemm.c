@@ -16,8 +16,8 @@
  *
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
  * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
- * one (bfloat16 operands) where tilec_cpu_amx() says so: a run-time check inside the v4
- * code, not a code level of its own.  AVX512-BF16's vdpbf16ps is not used: on this
+ * ones (bfloat16 operands, and float16 split into bfloat16 parts) where tilec_cpu_amx() says
+ * so: a run-time check inside the v4 code, not a code level of its own.  AVX512-BF16's vdpbf16ps is not used: on this
  * family it retires one every two cycles, half the float32 FMA rate.
  */
 #define _GNU_SOURCE
@@ -44,9 +44,12 @@ typedef void (*micro_fn)(int64_t kc, const float* a, const float* b, float* c, i
                          int accumulate, const float* next);
 
 /* pairs: the operands are packed as bfloat16 pairs along K in blocks of AMX_K (AMX's
- * layout: A's rows of AMX_K elements, B's rows of pairs), not as float32 */
+ * layout: A's rows of AMX_K elements, B's rows of pairs), not as float32; split: float16
+ * operands, each element x packed as two bfloat16, hi (x with its low 16 bits of float32
+ * cleared) and lo = x - hi, which hold it exactly (x has 11 significant bits, hi 8, lo the
+ * other 3), hi's block of AMX_K then lo's */
 typedef struct {
-  int mr, nr, pairs;
+  int mr, nr, pairs, split;
   micro_fn micro;
 } Micro;
 
@@ -184,14 +187,94 @@ static AMX void micro_amx_32x32(int64_t kc, const float* a, const float* b, floa
   _tile_stored(3, c + 16 * ldc + 16, stride);
 }
 
+/* The same for float16 operands packed as hi and lo bfloat16 (Micro.split): C += Ah Bh +
+ * Ah Bl + Al Bl + Al Bh per K block, every product exact in float32, so the sum is as
+ * accurate as the float32 micro-kernel's; a quarter of the bfloat16 kernel's rate. */
+static AMX void micro_amx_split_32x32(int64_t kc, const float* a, const float* b, float* c,
+                                      int64_t ldc, int accumulate, const float* next) {
+  const uint16_t* ap = (const uint16_t*)a;
+  const uint16_t* bp = (const uint16_t*)b;
+  int64_t stride = ldc * (int64_t)sizeof(float), lo = 32 * AMX_K;
+  (void)next;
+  if (accumulate) {
+    _tile_loadd(0, c, stride);
+    _tile_loadd(1, c + 16, stride);
+    _tile_loadd(2, c + 16 * ldc, stride);
+    _tile_loadd(3, c + 16 * ldc + 16, stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t k = 0; k < kc; k += AMX_K, ap += 2 * lo, bp += 2 * lo) {
+    _tile_loadd(4, ap, 64);
+    _tile_loadd(5, ap + 16 * AMX_K, 64);
+    _tile_loadd(6, bp, 128);
+    _tile_loadd(7, bp + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(6, bp + lo, 128);
+    _tile_loadd(7, bp + lo + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(4, ap + lo, 64);
+    _tile_loadd(5, ap + lo + 16 * AMX_K, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(6, bp, 128);
+    _tile_loadd(7, bp + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, stride);
+  _tile_stored(1, c + 16, stride);
+  _tile_stored(2, c + 16 * ldc, stride);
+  _tile_stored(3, c + 16 * ldc + 16, stride);
+}
+
 static AMX void amx_begin(void) { _tile_loadconfig(amx_config); }
 static AMX void amx_end(void) { _tile_release(); }
 
+/* Whether a float16 operand (batches x rows x cols at its strides) holds an infinity or a
+ * NaN: Micro.split would turn inf into NaN (0 x inf in the products of lo parts). */
+static V4 int nonfinite_f16(const tilec_gemm_operand* x, int64_t batches, int64_t rows,
+                            int64_t cols) {
+  const uint16_t* data = x->data;
+  __m512i top = _mm512_set1_epi16(0x7c00);
+  for (int64_t b = 0; b < (x->batch != 0 ? batches : 1); b++)
+    for (int64_t i = 0; i < rows; i++) {
+      const uint16_t* row = data + b * x->batch + i * x->row;
+      int64_t j = 0;
+      for (; x->col == 1 && j + 32 <= cols; j += 32) {
+        __m512i bits = _mm512_and_si512(_mm512_loadu_si512(row + j), top);
+        if (_mm512_cmpeq_epi16_mask(bits, top)) return 1;
+      }
+      for (; j < cols; j++)
+        if ((row[j * x->col] & 0x7c00) == 0x7c00) return 1;
+    }
+  return 0;
+}
+
 static Micro micro_for(const tilec_gemm_problem* p) {
   if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16)
-    return (Micro){32, 32, 1, micro_amx_32x32};
-  if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, micro_14x32};
-  return (Micro){6, 16, 0, micro_6x16};
+    return (Micro){32, 32, 1, 0, micro_amx_32x32};
+  /* a transposed float16 B stays on the FMA kernel (no split packing for it), and so do
+   * operands with an infinity or a NaN */
+  if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_F16 && p->b.dtype == TILEC_GEMM_F16 &&
+      p->b.col == 1 && !nonfinite_f16(&p->a, p->batch, p->m, p->k) &&
+      !nonfinite_f16(&p->b, p->batch, p->k, p->n))
+    return (Micro){32, 32, 1, 1, micro_amx_split_32x32};
+  if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, 0, micro_14x32};
+  return (Micro){6, 16, 0, 0, micro_6x16};
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -235,11 +318,46 @@ static const tilec_gemm_operand* b_of(const Gemm* g) { return &g->p->b; }
 
 /* Floats of a packed panel per row of A or column of B in the current K block. */
 static int64_t kstride(const Gemm* g) {
-  return g->u.pairs ? (g->kc_now + AMX_K - 1) / AMX_K * AMX_K / 2 : g->kc_now;
+  int64_t padded = (g->kc_now + AMX_K - 1) / AMX_K * AMX_K;
+  return g->u.pairs ? padded / 2 * (1 + g->u.split) : g->kc_now;
 }
 
 static uint16_t bits_at(const tilec_gemm_operand* x, int64_t at) {
   return ((const uint16_t*)x->data)[at];
+}
+
+/* A finite x as Micro.split's hi and lo bfloat16. */
+static void split_bits(float x, uint16_t* hi, uint16_t* lo) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  bits &= 0xffff0000u;
+  float high, low;
+  memcpy(&high, &bits, sizeof bits);
+  low = x - high;
+  *hi = (uint16_t)(bits >> 16);
+  memcpy(&bits, &low, sizeof bits);
+  *lo = (uint16_t)(bits >> 16);
+}
+
+/* 16 float32 as the top halves of their bits. */
+static inline V4 __m256i top_halves(__m512 x) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16));
+}
+
+/* split_bits for 32 finite float16 at once. */
+static inline V4 void split32(__m512i h, __m512i* hi, __m512i* lo) {
+  __m512i keep = _mm512_set1_epi32((int)0xffff0000u);
+  __m256i parts[2][2];
+  for (int half = 0; half < 2; half++) {
+    __m512 x = _mm512_cvtph_ps(half ? _mm512_extracti64x4_epi64(h, 1)
+                                    : _mm512_castsi512_si256(h));
+    __m512 high = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), keep));
+    __m512 low = _mm512_sub_ps(x, high);
+    parts[0][half] = top_halves(high);
+    parts[1][half] = top_halves(low);
+  }
+  *hi = _mm512_inserti64x4(_mm512_castsi256_si512(parts[0][0]), parts[0][1], 1);
+  *lo = _mm512_inserti64x4(_mm512_castsi256_si512(parts[1][0]), parts[1][1], 1);
 }
 
 /* Rows k and k + 1 of a row-major bfloat16 B (ld apart, cols of 32 real, kc of padded real)
@@ -259,12 +377,37 @@ static V4 void interleave_rows(uint16_t* dst, const uint16_t* src, int64_t ld, i
   }
 }
 
+/* The same for a float16 B split into hi and lo (Micro.split): per K block of AMX_K, hi's
+ * rows of pairs, then lo's. */
+static V4 void interleave_split(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
+                                int64_t padded, int64_t cols) {
+  static const uint16_t low[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  __m512i lo = _mm512_loadu_si512(low), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 mask = cols >= 32 ? 0xffffffffu : (1u << cols) - 1;
+  for (int64_t k = 0; k < padded; k += 2) {
+    __m512i r[2][2]; /* [row][hi, lo] */
+    for (int t = 0; t < 2; t++)
+      split32(k + t < kc ? _mm512_maskz_loadu_epi16(mask, src + (k + t) * ld)
+                         : _mm512_setzero_si512(), &r[t][0], &r[t][1]);
+    uint16_t* out = dst + k / AMX_K * 2 * AMX_K * 32 + k % AMX_K / 2 * 64;
+    for (int part = 0; part < 2; part++, out += AMX_K * 32) {
+      _mm512_storeu_si512(out, _mm512_permutex2var_epi16(r[0][part], lo, r[1][part]));
+      _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(r[0][part], hi, r[1][part]));
+    }
+  }
+}
+
 /* The same in pairs: B's element (k, j) of the block at (k / 2) * 2 nr + 2 j + k % 2, zero
  * past the K block's end and the columns' (cols); the rows of pairs form AMX's tiles. */
 static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t cols) {
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr;
-  int64_t kc = kstride(g) * 2;
+  int64_t kc = kstride(g) * 2 / (1 + g->u.split);
+  if (g->u.split) { /* b->col == 1, nr == 32: micro_for's condition */
+    interleave_split(dst, (const uint16_t*)b->data + base, b->row, g->kc_now, kc, cols);
+    return;
+  }
   if (b->col == 1 && nr == 32) {
     interleave_rows(dst, (const uint16_t*)b->data + base, b->row, g->kc_now, kc, cols);
     return;
@@ -396,23 +539,46 @@ static V4 void copy_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t 
   }
 }
 
-/* The same in pairs: per K block of AMX_K, a panel's rows of AMX_K elements, zero past the
- * K block's end and the rows. */
+/* The same for a row of n float16 split into hi and lo (Micro.split): lo's run lo_at after
+ * hi's. */
+static V4 void split_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t padded,
+                          int64_t step, int64_t lo_at) {
+  for (int64_t k = 0; k < padded; k += AMX_K, dst += step) {
+    __mmask32 mask = n - k >= AMX_K ? 0xffffffffu : n <= k ? 0 : (1u << (n - k)) - 1;
+    __m512i hi, lo;
+    split32(_mm512_maskz_loadu_epi16(mask, src + k), &hi, &lo);
+    _mm512_storeu_si512(dst, hi);
+    _mm512_storeu_si512(dst + lo_at, lo);
+  }
+}
+
+/* The same in pairs: per K block of AMX_K, a panel's rows of AMX_K elements (hi's then lo's
+ * where split), zero past the K block's end and the rows. */
 static void pack_a_pairs(const Gemm* g, uint16_t* dst, int64_t i0, int64_t rows) {
   const tilec_gemm_operand* a = &g->p->a;
-  int mr = g->u.mr;
-  int64_t kc = kstride(g) * 2;
+  int mr = g->u.mr, parts = 1 + g->u.split;
+  int64_t kc = kstride(g) * 2 / parts, step = parts * mr * AMX_K, lo_at = mr * AMX_K;
   if (a->col != 1 || rows % mr != 0)
-    memset(dst, 0, (size_t)(round_up(rows, mr) * kc) * sizeof(uint16_t));
+    memset(dst, 0, (size_t)(round_up(rows, mr) * kc * parts) * sizeof(uint16_t));
   for (int64_t i = 0; i < rows; i++) {
-    uint16_t* panel = dst + (i / mr) * kc * mr + i % mr * AMX_K;
+    uint16_t* panel = dst + (i / mr) * kc * mr * parts + i % mr * AMX_K;
     int64_t base = g->batch * a->batch + (g->m0 + i0 + i) * a->row + g->pc * a->col;
-    if (a->col == 1) {
-      copy_runs(panel, (const uint16_t*)a->data + base, g->kc_now, kc, mr * AMX_K);
+    const uint16_t* row = (const uint16_t*)a->data + base;
+    if (a->col == 1 && g->u.split) {
+      split_runs(panel, row, g->kc_now, kc, step, lo_at);
       continue;
     }
-    for (int64_t k = 0; k < g->kc_now; k++)
-      panel[k / AMX_K * mr * AMX_K + k % AMX_K] = bits_at(a, base + k * a->col);
+    if (a->col == 1) {
+      copy_runs(panel, row, g->kc_now, kc, step);
+      continue;
+    }
+    for (int64_t k = 0; k < g->kc_now; k++) {
+      uint16_t* at_k = panel + k / AMX_K * step + k % AMX_K;
+      if (g->u.split)
+        split_bits(element(a, base + k * a->col), at_k, at_k + lo_at);
+      else
+        *at_k = bits_at(a, base + k * a->col);
+    }
   }
 }
 

@@ -12,8 +12,11 @@
  * FMA micro-kernel (x86-64-v3: 6 x 16, x86-64-v4: 14 x 32) over them; float16/bfloat16
  * widened while packing, except where both operands are bfloat16 and the CPU has AMX
  * (tilec_cpu_amx): then they are packed as bfloat16 pairs into AMX's tile layout and a
- * 32 x 32 tile kernel accumulates in float32.  A small M (at most TILEC_GEMM_SMALL_M rows) streams B once from
- * where it is instead, without packing.
+ * 32 x 32 tile kernel accumulates in float32.  float16 operands (B's rows contiguous, every
+ * element finite) run there too, each element split exactly into two bfloat16 and the four
+ * products of the parts accumulated: float32's accuracy at twice the FMA kernel's rate.
+ * A small M (at most TILEC_GEMM_SMALL_M rows) streams B once from where it is instead,
+ * without packing.
  */
 #ifndef TILEC_CPU_GEMM_H
 #define TILEC_CPU_GEMM_H
