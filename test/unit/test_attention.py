@@ -21,6 +21,7 @@ from conftest import OPS
 
 import tilec
 from tilec.cli import main
+from tilec.codegen.common import host
 from tilec.diagnostics import DiagnosticSink
 from tilec.dialect import KERNEL_ATTR, make_context
 from tilec.driver import CompileOptions, kernel_module
@@ -148,6 +149,18 @@ def test_grouped_query_spelled_with_reshape(s, t):
     lib = tilec.compile_string(RESHAPED, "reshaped.tile")
     agrees(lib, "gqa_reshaped", rand((2, 6, s, 64)), rand((2, 2, t, 64)), rand((2, 2, t, 64)),
            source=RESHAPED)
+
+
+def test_the_reshapes_around_attention_launch_nothing():
+    """The kernels that reshape q, k, v and the output are not launched: the attention kernel
+    reads the arguments and writes the output where they lie (a row-major reshape leaves the
+    bytes as they are), so grouped-query attention spelled with reshape copies nothing."""
+    with make_context():
+        module = kernel_module(RESHAPED, "reshaped.tile", CompileOptions(), DiagnosticSink())
+        entries = host._entries(module, host._kernels(module), "", "")
+        launches = [launch for impl in entries[0].impls for launch in impl.launches]
+        assert [launch.kernel.attention is not None for launch in launches] == [True]
+        assert entries[0].generic.slots == 0
 
 
 def test_decode_splits_the_keys_across_threads(lib):

@@ -6,10 +6,13 @@ ops and ``func.call`` of kernel functions, or itself a kernel (-O0).  Out: :clas
 expressions for its dimensions (``d[k]``, each checked to be a non-negative integer), element
 counts (``n[k]``), checks, launches and copies, where symbols are ``s[k]``.
 
-Where values live: a kernel result that the function returns is written straight into its
-output; the other kernel results take intermediate buffers ("slots"), allocated before their
+Where values live: a kernel that only reshapes its argument is not launched (above -O0):
+its result is the argument's buffer, whose bytes a row-major reshape leaves as they are.  A
+kernel result that the function returns is written straight into its output (a reshape of it
+included); the other kernel results take intermediate buffers ("slots"), allocated before their
 kernel and freed after their last reader; an output with a ``tile.reuse`` buffer shares that
-buffer's slot.  Results no kernel writes (a parameter, a value returned twice) are copied.
+buffer's slot, unless a reshape still reads that buffer under another name.  Results no kernel
+writes (a parameter, a value returned twice) are copied.
 
 Kernel C ABI (the CPU backend's object):
 ``void _mlir_ciface_K(MemRef1D* arg..., MemRef1D* res..., MemRef1D* dims, int64_t row_begin,
@@ -39,6 +42,18 @@ from ...tiling.tiler import SPLIT_MIN_ROWS
 
 STORAGE_C = {"float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "int32": "int32_t"}
 ONE = "INT64_C(1)"
+RESHAPE_KERNEL_OPS = frozenset({"tile.load_row", "tile.reshape", "tile.store_row", "func.return"})
+
+
+def reshapes_only(kernel_fn: Any) -> bool:
+    """Whether a kernel only reshapes its one argument into its one result of the same
+    element type (the bytes stay as they are)."""
+    ins, outs = list(kernel_fn.type.inputs), list(kernel_fn.type.results)
+    if len(ins) != 1 or len(outs) != 1 or \
+            tensor_info(ins[0]).dtype != tensor_info(outs[0]).dtype:
+        return False
+    names = [op.operation.name for op in kernel_fn.regions[0].blocks[0].operations]
+    return "tile.reshape" in names and set(names) <= RESHAPE_KERNEL_OPS
 
 
 def c_string(text: str) -> str:
@@ -293,9 +308,10 @@ class ImplBuilder:
         for op in ops[:-1]:
             if op.operation.name == "tile.check":
                 self.check(op)
-        calls = self.calls(ops[:-1], list(block.arguments), results)
+        calls, alias = self.elide_reshapes(self.calls(ops[:-1], list(block.arguments), results))
+        results = [alias.get(v, v) for v in results]
         placed = self.place_results(calls, results, where)
-        slot_of = self.place_intermediates(calls, where)
+        slot_of = self.place_intermediates(calls, where, set(alias.values()))
         last_reader = {slot_of[v]: i for i, (_, operands, outs) in enumerate(calls)
                        for v in operands + outs if v in slot_of}
         allocated: set[int] = set()
@@ -332,6 +348,22 @@ class ImplBuilder:
                                  f"'{name}'", span_of(op.location))
         return calls
 
+    def elide_reshapes(self, calls: list[tuple]) -> tuple[list[tuple], dict[Any, Any]]:
+        """The calls without those of kernels that only reshape (:func:`reshapes_only`), the
+        readers of their results reading the reshaped value instead; and the map from each
+        dropped result to that value.  -O0 keeps every kernel."""
+        if KERNEL_ATTR in self.fn.attributes:
+            return calls, {}
+        alias: dict[Any, Any] = {}
+        kept = []
+        for kernel_fn, operands, outs in calls:
+            operands = [alias.get(v, v) for v in operands]
+            if reshapes_only(kernel_fn):
+                alias[outs[0]] = operands[0]
+            else:
+                kept.append((kernel_fn, operands, outs))
+        return kept, alias
+
     @staticmethod
     def place_results(calls: list[tuple], results: list[Any], where: dict) -> set[int]:
         """A kernel result that the function returns is written straight into ``out[r]``
@@ -345,9 +377,11 @@ class ImplBuilder:
         return placed
 
     @staticmethod
-    def place_intermediates(calls: list[tuple], where: dict) -> dict[Any, int]:
+    def place_intermediates(calls: list[tuple], where: dict, reshaped: set[Any]) \
+            -> dict[Any, int]:
         """A slot for every other kernel result; an output takes its ``tile.reuse``
-        buffer's slot."""
+        buffer's slot unless that buffer's value is ``reshaped`` (read under another name,
+        whose last reader the reuse did not see)."""
         slot_of: dict[Any, int] = {}
         value_of_buffer: dict[int, Any] = {}
         slots = 0
@@ -362,7 +396,7 @@ class ImplBuilder:
                 if v in where:
                     continue
                 shared = value_of_buffer.get(taken) if taken >= 0 else None
-                if shared in slot_of:
+                if shared in slot_of and shared not in reshaped:
                     slot_of[v] = slot_of[shared]
                 else:
                     slot_of[v], slots = slots, slots + 1
