@@ -182,16 +182,17 @@ def test_bfloat16_tiles_at_their_edges(lib):
 
 
 def test_float16_products_are_exact_to_float32(lib):
-    """float16 operands with a float32 result (on AMX: each element split into two bfloat16,
-    four tile products) meet float32's tolerance, not float16's or bfloat16's: full-precision
+    """float16 operands with a float32 result, the weight [K, N] or [N, K] (on AMX: each
+    element split into two bfloat16, four tile products) meet float32's tolerance, not float16's or bfloat16's: full-precision
     float16 values (11 significant bits, subnormals among them), so that keeping only the
     high bfloat16 part of either operand is off by about 2**-9 of a term."""
     for m, n, k in ((100, 300, 1000), (33, 31, 31), (64, 64, 33), (40, 1, 70)):
         x = (RNG.standard_normal((m, k)) * np.exp2(RNG.integers(-16, 4, (m, k))))
         w = RNG.standard_normal((k, n)) * np.exp2(RNG.integers(-16, 4, (k, n)))
         x, w = x.astype(np.float16), w.astype(np.float16)
-        (want,), (allowance,) = allowed(reference_module(), "f16_wide", x, w)
-        assert_close(lib.f16_wide(x, w), want, np.float32, allowance)
+        for name, weight in (("f16_wide", w), ("f16_linear", np.ascontiguousarray(w.T))):
+            (want,), (allowance,) = allowed(reference_module(), name, x, weight)
+            assert_close(getattr(lib, name)(x, weight), want, np.float32, allowance)
 
 
 def test_float16_infinities_and_nans_survive_the_split(lib):
@@ -201,10 +202,9 @@ def test_float16_infinities_and_nans_survive_the_split(lib):
     x = np.ones((40, 64), np.float16)
     w = np.ones((64, 50), np.float16)
     w[3, 7], w[5, 9] = np.inf, np.nan
-    got = lib.f16_wide(x, w)
-    assert np.all(got[:, 7] == np.inf) and np.all(np.isnan(got[:, 9]))
-    rest = np.delete(got, [7, 9], axis=1)
-    np.testing.assert_array_equal(rest, 64.0)
+    for got in (lib.f16_wide(x, w), lib.f16_linear(x, np.ascontiguousarray(w.T))):
+        assert np.all(got[:, 7] == np.inf) and np.all(np.isnan(got[:, 9]))
+        np.testing.assert_array_equal(np.delete(got, [7, 9], axis=1), 64.0)
 
 
 @pytest.mark.parametrize("m", [1, 5, 16])

@@ -17,8 +17,9 @@
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
  * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
  * ones (bfloat16 operands, and float16 split into bfloat16 parts) where tilec_cpu_amx() says
- * so: a run-time check inside the v4 code, not a code level of its own.  AVX512-BF16's vdpbf16ps is not used: on this
- * family it retires one every two cycles, half the float32 FMA rate.
+ * so: a run-time check inside the v4 code, not a code level of its own.  AVX512-BF16's
+ * vdpbf16ps is not used: on this family it retires one every two cycles, half the float32
+ * FMA rate.
  */
 #define _GNU_SOURCE
 #include "cpu_gemm.h"
@@ -248,6 +249,10 @@ static AMX void amx_end(void) { _tile_release(); }
  * NaN: Micro.split would turn inf into NaN (0 x inf in the products of lo parts). */
 static V4 int nonfinite_f16(const tilec_gemm_operand* x, int64_t batches, int64_t rows,
                             int64_t cols) {
+  if (x->col != 1 && x->row == 1) { /* read it in memory order: a transposed operand */
+    tilec_gemm_operand t = {x->data, x->dtype, x->batch, x->col, 1};
+    return nonfinite_f16(&t, batches, cols, rows);
+  }
   const uint16_t* data = x->data;
   __m512i top = _mm512_set1_epi16(0x7c00);
   for (int64_t b = 0; b < (x->batch != 0 ? batches : 1); b++)
@@ -267,10 +272,10 @@ static V4 int nonfinite_f16(const tilec_gemm_operand* x, int64_t batches, int64_
 static Micro micro_for(const tilec_gemm_problem* p) {
   if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16)
     return (Micro){32, 32, 1, 0, micro_amx_32x32};
-  /* a transposed float16 B stays on the FMA kernel (no split packing for it), and so do
-   * operands with an infinity or a NaN */
+  /* float16 B with neither rows nor columns contiguous stays on the FMA kernel (no split
+   * packing for it), and so do operands with an infinity or a NaN */
   if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_F16 && p->b.dtype == TILEC_GEMM_F16 &&
-      p->b.col == 1 && !nonfinite_f16(&p->a, p->batch, p->m, p->k) &&
+      (p->b.col == 1 || p->b.row == 1) && !nonfinite_f16(&p->a, p->batch, p->m, p->k) &&
       !nonfinite_f16(&p->b, p->batch, p->k, p->n))
     return (Micro){32, 32, 1, 1, micro_amx_split_32x32};
   if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, 0, micro_14x32};
@@ -398,14 +403,40 @@ static V4 void interleave_split(uint16_t* dst, const uint16_t* src, int64_t ld, 
   }
 }
 
+/* The same for a transposed float16 B (column j of cols at src + j * ld, contiguous along K,
+ * kc of padded real): per K block of AMX_K, each column's run split into hi and lo, whose
+ * pairs (32-bit words) are then transposed into the rows of pairs of hi's tile and lo's. */
+static V4 void split_columns(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
+                             int64_t padded, int64_t cols) {
+  uint32_t* out = (uint32_t*)dst;
+  for (int64_t k = 0; k < padded; k += AMX_K, out += 2 * AMX_K * 16) {
+    uint32_t parts[2][32][AMX_K / 2]; /* [hi, lo][column][pair] */
+    __mmask32 mask = kc - k >= AMX_K ? 0xffffffffu : kc <= k ? 0 : (1u << (kc - k)) - 1;
+    for (int64_t j = 0; j < 32; j++) {
+      __m512i hi, lo;
+      split32(j < cols ? _mm512_maskz_loadu_epi16(mask, src + j * ld + k)
+                       : _mm512_setzero_si512(), &hi, &lo);
+      _mm512_storeu_si512(parts[0][j], hi);
+      _mm512_storeu_si512(parts[1][j], lo);
+    }
+    for (int part = 0; part < 2; part++)
+      for (int pair = 0; pair < AMX_K / 2; pair++)
+        for (int j = 0; j < 32; j++) out[part * AMX_K * 16 + pair * 32 + j] = parts[part][j][pair];
+  }
+}
+
 /* The same in pairs: B's element (k, j) of the block at (k / 2) * 2 nr + 2 j + k % 2, zero
  * past the K block's end and the columns' (cols); the rows of pairs form AMX's tiles. */
 static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t cols) {
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr;
   int64_t kc = kstride(g) * 2 / (1 + g->u.split);
-  if (g->u.split) { /* b->col == 1, nr == 32: micro_for's condition */
+  if (g->u.split && b->col == 1) { /* nr == 32, and b->col or b->row is 1: micro_for */
     interleave_split(dst, (const uint16_t*)b->data + base, b->row, g->kc_now, kc, cols);
+    return;
+  }
+  if (g->u.split) {
+    split_columns(dst, (const uint16_t*)b->data + base, b->col, g->kc_now, kc, cols);
     return;
   }
   if (b->col == 1 && nr == 32) {
