@@ -155,12 +155,9 @@ static const unsigned char amx_config[64] __attribute__((aligned(64))) = {
     [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64, [30] = 64,
     [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16, [55] = 16};
 
-static AMX void micro_amx_32x32(int64_t kc, const float* a, const float* b, float* c,
-                                int64_t ldc, int accumulate, const float* next) {
-  const uint16_t* ap = (const uint16_t*)a;
-  const uint16_t* bp = (const uint16_t*)b;
+/* C's four 16 x 16 float32 tiles (0-3) at c: loaded, or zero. */
+static inline AMX void c_tiles_load(const float* c, int64_t ldc, int accumulate) {
   int64_t stride = ldc * (int64_t)sizeof(float);
-  (void)next;
   if (accumulate) {
     _tile_loadd(0, c, stride);
     _tile_loadd(1, c + 16, stride);
@@ -172,20 +169,48 @@ static AMX void micro_amx_32x32(int64_t kc, const float* a, const float* b, floa
     _tile_zero(2);
     _tile_zero(3);
   }
-  for (int64_t k = 0; k < kc; k += AMX_K, ap += 32 * AMX_K, bp += 32 * AMX_K) {
-    _tile_loadd(4, ap, 64);
-    _tile_loadd(5, ap + 16 * AMX_K, 64);
-    _tile_loadd(6, bp, 128);
-    _tile_loadd(7, bp + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
+}
+
+static inline AMX void c_tiles_store(float* c, int64_t ldc) {
+  int64_t stride = ldc * (int64_t)sizeof(float);
   _tile_stored(0, c, stride);
   _tile_stored(1, c + 16, stride);
   _tile_stored(2, c + 16 * ldc, stride);
   _tile_stored(3, c + 16 * ldc + 16, stride);
+}
+
+/* A's two tiles (4, 5: rows 0-15 and 16-31 of a K block) from a packed panel. */
+static inline AMX void a_tiles(const uint16_t* ap) {
+  _tile_loadd(4, ap, 64);
+  _tile_loadd(5, ap + 16 * AMX_K, 64);
+}
+
+/* B's two tiles (6, 7: columns 0-15 and 16-31, rows of pairs) from a packed panel. */
+static inline AMX void b_tiles(const uint16_t* bp) {
+  _tile_loadd(6, bp, 128);
+  _tile_loadd(7, bp + 32, 128);
+}
+
+/* C's tiles += A's tiles x B's tiles. */
+static inline AMX void tile_products(void) {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+static AMX void micro_amx_32x32(int64_t kc, const float* a, const float* b, float* c,
+                                int64_t ldc, int accumulate, const float* next) {
+  const uint16_t* ap = (const uint16_t*)a;
+  const uint16_t* bp = (const uint16_t*)b;
+  (void)next;
+  c_tiles_load(c, ldc, accumulate);
+  for (int64_t k = 0; k < kc; k += AMX_K, ap += 32 * AMX_K, bp += 32 * AMX_K) {
+    a_tiles(ap);
+    b_tiles(bp);
+    tile_products();
+  }
+  c_tiles_store(c, ldc);
 }
 
 /* The same for float16 operands packed as hi and lo bfloat16 (Micro.split): C += Ah Bh +
@@ -195,51 +220,21 @@ static AMX void micro_amx_split_32x32(int64_t kc, const float* a, const float* b
                                       int64_t ldc, int accumulate, const float* next) {
   const uint16_t* ap = (const uint16_t*)a;
   const uint16_t* bp = (const uint16_t*)b;
-  int64_t stride = ldc * (int64_t)sizeof(float), lo = 32 * AMX_K;
+  int64_t lo = 32 * AMX_K;
   (void)next;
-  if (accumulate) {
-    _tile_loadd(0, c, stride);
-    _tile_loadd(1, c + 16, stride);
-    _tile_loadd(2, c + 16 * ldc, stride);
-    _tile_loadd(3, c + 16 * ldc + 16, stride);
-  } else {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  }
+  c_tiles_load(c, ldc, accumulate);
   for (int64_t k = 0; k < kc; k += AMX_K, ap += 2 * lo, bp += 2 * lo) {
-    _tile_loadd(4, ap, 64);
-    _tile_loadd(5, ap + 16 * AMX_K, 64);
-    _tile_loadd(6, bp, 128);
-    _tile_loadd(7, bp + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(6, bp + lo, 128);
-    _tile_loadd(7, bp + lo + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(4, ap + lo, 64);
-    _tile_loadd(5, ap + lo + 16 * AMX_K, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_loadd(6, bp, 128);
-    _tile_loadd(7, bp + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    a_tiles(ap);
+    b_tiles(bp);
+    tile_products();
+    b_tiles(bp + lo);
+    tile_products();
+    a_tiles(ap + lo);
+    tile_products();
+    b_tiles(bp);
+    tile_products();
   }
-  _tile_stored(0, c, stride);
-  _tile_stored(1, c + 16, stride);
-  _tile_stored(2, c + 16 * ldc, stride);
-  _tile_stored(3, c + 16 * ldc + 16, stride);
+  c_tiles_store(c, ldc);
 }
 
 static AMX void amx_begin(void) { _tile_loadconfig(amx_config); }
