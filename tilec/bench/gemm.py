@@ -217,16 +217,18 @@ def ratio(peer: Optional[float], mine: float) -> str:
 
 
 def amx_line(level: str) -> str:
-    """Whether tilec's bfloat16 x bfloat16 products run on AMX: the CPU flags of
-    /proc/cpuinfo and TILEC_CPU unset, as the runtime decides (tilec_cpu_amx)."""
+    """Whether tilec's bfloat16 x bfloat16 and float16 x float16 products (beyond 16 rows)
+    run on AMX: the CPU flags of /proc/cpuinfo and TILEC_CPU unset, as the runtime decides
+    (tilec_cpu_amx)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         flags = ""
     amx = (level == "x86-64-v4" and "amx_bf16" in flags and "amx_tile" in flags
            and "TILEC_CPU" not in os.environ)
-    return ("bfloat16 x bfloat16 runs on AMX tiles (its % of peak is of the FMA peak, so it "
-            "may pass 100%)" if amx else "bfloat16 widened to float32 (no AMX)")
+    return ("bfloat16 x bfloat16 runs on AMX tiles, and float16 x float16 too, each element "
+            "split into two bfloat16 (their % of peak is of the FMA peak, so it may pass "
+            "100%)" if amx else "bfloat16 and float16 widened to float32 (no AMX)")
 
 
 def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, peak: tuple,
