@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -280,10 +281,20 @@ int tilec_fail(int code, const char* format, ...) {
 
 void tilec_clear_error(void) { tilec_record_error(""); }
 
+/* Scratch of at least this many bytes is asked for on huge pages (Linux's transparent huge
+ * pages, where it grants them on request), as NumPy does for its big arrays: the GEMM's
+ * packed operands and accumulators walk megabytes in strides of a page or more. */
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+
 void* tilec_alloc(int64_t bytes) {
   void* p = NULL;
   size_t size = (size_t)(bytes > 0 ? bytes : 1);
-  return posix_memalign(&p, 64, size) == 0 ? p : NULL;
+  size_t align = size >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : 64;
+  if (posix_memalign(&p, align, size) != 0) return NULL;
+#if defined(MADV_HUGEPAGE)
+  if (align == HUGE_PAGE_BYTES) madvise(p, size, MADV_HUGEPAGE);
+#endif
+  return p;
 }
 
 void tilec_free(void* p) { free(p); }
