@@ -57,6 +57,7 @@ static struct {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
 } cu = {.missing = "the CUDA driver was not loaded"};
 
@@ -104,6 +105,7 @@ static void load_driver(void) {
   SYMBOL(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   SYMBOL(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   SYMBOL(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  SYMBOL(cuMemsetD8Async, "cuMemsetD8Async");
   SYMBOL(cuStreamSynchronize, "cuStreamSynchronize");
   CUresult status = cu.cuInit(0);
   if (status != CUDA_SUCCESS) {
@@ -191,23 +193,35 @@ static int functions_in(tilec_cuda_code* code, CUcontext context, void*** functi
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, int nbuffers,
-                      int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
-                      int64_t shared, void* stream) {
-  if (rows <= 0) return TILEC_OK; /* no rows, no blocks: nothing to launch */
+/* The driver ready and kernel `kernel` of `code` loaded in the current context; its device's
+ * multiprocessors and opt-in shared memory per block. */
+static int prepare(tilec_cuda_code* code, int kernel, CUfunction* function,
+                   int* multiprocessors, int* shared_limit) {
   CUcontext context;
   void** functions;
   int status = ready(&context);
   if (status != TILEC_OK) return status;
   if ((status = functions_in(code, context, &functions)) != TILEC_OK) return status;
-  CUfunction function = functions[kernel];
+  *function = functions[kernel];
   CUdevice device;
-  int multiprocessors = 0, shared_limit = 0, static_shared = 0;
   CUresult result;
   if ((result = cu.cuCtxGetDevice(&device)) != CUDA_SUCCESS)
     return failed("cuCtxGetDevice", result);
-  cu.cuDeviceGetAttribute(&multiprocessors, ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
-  cu.cuDeviceGetAttribute(&shared_limit, ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device);
+  *multiprocessors = 0;
+  *shared_limit = 0;
+  cu.cuDeviceGetAttribute(multiprocessors, ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  cu.cuDeviceGetAttribute(shared_limit, ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device);
+  if (*multiprocessors < 1) *multiprocessors = 1;
+  return TILEC_OK;
+}
+
+/* The launch itself: blocks and threads from the rows (the file's comment). */
+static int launch_rows(tilec_cuda_code* code, int kernel, CUfunction function,
+                       int multiprocessors, int shared_limit, void* const* buffers,
+                       int nbuffers, int64_t* values, int nvalues, int64_t rows,
+                       int64_t row_elements, int64_t shared, void* stream) {
+  int static_shared = 0;
+  CUresult result;
   cu.cuFuncGetAttribute(&static_shared, FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function);
   if (shared + static_shared > shared_limit)
     return tilec_fail(TILEC_ERR_DEVICE, "kernel %s needs %lld bytes of shared memory per block "
@@ -219,8 +233,7 @@ int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, i
     return failed("cuFuncSetAttribute", result);
   int64_t threads = ceil_div(ceil_div(row_elements, 8), 32) * 32;
   threads = threads < 32 ? 32 : threads > 256 ? 256 : threads;
-  int64_t wave = (int64_t)(multiprocessors > 0 ? multiprocessors : 1) *
-                 (THREADS_PER_MULTIPROCESSOR / threads);
+  int64_t wave = (int64_t)multiprocessors * (THREADS_PER_MULTIPROCESSOR / threads);
   int64_t per_block = ceil_div(rows, rows < wave ? rows : wave);
   int64_t blocks = ceil_div(rows, per_block);
   values[nvalues - 2] = rows;
@@ -237,6 +250,65 @@ int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, i
   result = cu.cuLaunchKernel(function, (unsigned)blocks, 1, 1, (unsigned)threads, 1, 1,
                              (unsigned)shared, (CUstream)stream, params, NULL);
   return result == CUDA_SUCCESS ? TILEC_OK : failed(code->names[kernel], result);
+}
+
+int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, int nbuffers,
+                      int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
+                      int64_t shared, void* stream) {
+  if (rows <= 0) return TILEC_OK; /* no rows, no blocks: nothing to launch */
+  CUfunction function;
+  int multiprocessors, shared_limit;
+  int status = prepare(code, kernel, &function, &multiprocessors, &shared_limit);
+  if (status != TILEC_OK) return status;
+  return launch_rows(code, kernel, function, multiprocessors, shared_limit, buffers, nbuffers,
+                     values, nvalues, rows, row_elements, shared, stream);
+}
+
+int64_t tilec_cuda_attention_splits(int64_t tiles, int64_t key_blocks, int64_t multiprocessors) {
+  if (tiles <= 0 || tiles >= multiprocessors) return 1;
+  int64_t splits = ceil_div(multiprocessors, tiles);
+  int64_t most = key_blocks / TILEC_CUDA_MIN_SPLIT_BLOCKS;
+  if (splits > most) splits = most;
+  return splits < 1 ? 1 : splits;
+}
+
+int64_t tilec_cuda_workspace_bytes(int64_t tiles, int64_t splits, int64_t unit_bytes) {
+  if (splits <= 1) return 0;
+  return tiles * splits * unit_bytes + tiles * (int64_t)sizeof(int32_t);
+}
+
+int tilec_cuda_launch_split(tilec_cuda_code* code, int kernel, void** buffers, int nbuffers,
+                            int64_t* values, int nvalues, int64_t tiles, int64_t key_blocks,
+                            int64_t unit_bytes, int64_t shared, void* stream) {
+  if (tiles <= 0) return TILEC_OK;
+  CUfunction function;
+  int multiprocessors, shared_limit;
+  int status = prepare(code, kernel, &function, &multiprocessors, &shared_limit);
+  if (status != TILEC_OK) return status;
+  int64_t splits = tilec_cuda_attention_splits(tiles, key_blocks, multiprocessors);
+  int64_t bytes = tilec_cuda_workspace_bytes(tiles, splits, unit_bytes);
+  CUdeviceptr workspace = 0;
+  CUresult result;
+  if (bytes > 0) {
+    if ((result = cu.cuMemAllocAsync(&workspace, (size_t)bytes, (CUstream)stream)) != CUDA_SUCCESS) {
+      const char* text = "unknown error";
+      cu.cuGetErrorString(result, &text);
+      return tilec_fail(TILEC_ERR_DEVICE, "kernel %s: no device memory for its workspace of %lld "
+                        "bytes (%lld row blocks x %lld key splits): %s (CUDA error %d)",
+                        code->names[kernel], (long long)bytes, (long long)tiles,
+                        (long long)splits, text, result);
+    }
+    /* the tiles' counters, after the units' floats, start at 0 */
+    result = cu.cuMemsetD8Async(workspace + (CUdeviceptr)(tiles * splits * unit_bytes), 0,
+                                (size_t)(bytes - tiles * splits * unit_bytes), (CUstream)stream);
+    if (result != CUDA_SUCCESS) status = failed("cuMemsetD8Async", result);
+  }
+  buffers[nbuffers - 1] = (void*)(uintptr_t)workspace;
+  if (status == TILEC_OK)
+    status = launch_rows(code, kernel, function, multiprocessors, shared_limit, buffers,
+                         nbuffers, values, nvalues, tiles * splits, 8 * 256, shared, stream);
+  if (workspace != 0) cu.cuMemFreeAsync(workspace, (CUstream)stream);
+  return status;
 }
 
 int tilec_cuda_alloc(void** pointer, int64_t bytes, void* stream) {

@@ -37,6 +37,20 @@ int tilec_cuda_launch(tilec_cuda_code* code, int kernel, void* const* buffers, i
                       int64_t* values, int nvalues, int64_t rows, int64_t row_elements,
                       int64_t shared, void* stream);
 
+/* An attention kernel whose keys the grid splits (tilec/codegen/ptx/attention.py): the
+ * launch above over `tiles` row blocks times tilec_cuda_attention_splits() splits of their
+ * `key_blocks`, with 256 threads.  With more than one split, a workspace of
+ * tilec_cuda_workspace_bytes() (each (tile, split) unit's partial output block, row maxima
+ * and sums in float32, `unit_bytes`, then an int32 counter per tile, zeroed here) is
+ * allocated on the stream, passed as buffer `nbuffers - 1` and freed after the launch; a
+ * failed allocation is an error naming the kernel.  With one split that buffer is NULL. */
+#define TILEC_CUDA_MIN_SPLIT_BLOCKS 4 /* key blocks per split at least */
+int64_t tilec_cuda_attention_splits(int64_t tiles, int64_t key_blocks, int64_t multiprocessors);
+int64_t tilec_cuda_workspace_bytes(int64_t tiles, int64_t splits, int64_t unit_bytes);
+int tilec_cuda_launch_split(tilec_cuda_code* code, int kernel, void** buffers, int nbuffers,
+                            int64_t* values, int nvalues, int64_t tiles, int64_t key_blocks,
+                            int64_t unit_bytes, int64_t shared, void* stream);
+
 /* Stream-ordered device memory and copies for the host code. */
 int tilec_cuda_alloc(void** pointer, int64_t bytes, void* stream);
 void tilec_cuda_free(void* pointer, void* stream);

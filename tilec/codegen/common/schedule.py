@@ -114,6 +114,7 @@ class Kernel:
     row_elements: Dim = Dim.const(1)  # ptx: elements of the largest output row
     gemm: Optional["GemmLaunch"] = None   # cpu: the kernel is the epilogue of a GEMM
     attention: Optional["AttentionLaunch"] = None   # cpu: the kernel runs cpu_attention.c
+    split: Any = None                 # ptx: a codegen.ptx.kernel.SplitLaunch (attention)
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,9 @@ class Launch:
     # cpu, attention: C expressions of s, t, d, dv, the diagonal, and per axis of the batch its
     # extent and the key's and value's strides
     attention: dict[str, Any] | None = None
+    # ptx, attention split over blocks: C expressions of its tiles and key blocks, and the
+    # workspace bytes per (tile, split) unit (tilec_cuda_launch_split)
+    workspace: tuple[str, str, int] | None = None
 
 
 @dataclass
@@ -456,7 +460,19 @@ class ImplBuilder:
                       rows, traffic or "INT64_C(0)", frees,
                       self.dim(kernel.shared, f"the shared memory of kernel '{name}'"),
                       self.dim(kernel.row_elements, f"a row of kernel '{name}'"), split,
-                      self.attention_extents(kernel_fn, kernel.attention))
+                      self.attention_extents(kernel_fn, kernel.attention),
+                      self.workspace(name, kernel.split))
+
+    def workspace(self, name: str, split: Any) -> tuple[str, str, int] | None:
+        """:attr:`Launch.workspace` of a ptx kernel whose keys the grid splits."""
+        if split is None:
+            return None
+        what = f"a dimension of kernel '{name}'"
+        group = self.dim(split.group, what)
+        tiles = f"tilec_mul({self.dim(split.batch, what)}, ({group} + " \
+                f"{split.block_rows - 1}) / {split.block_rows}, &overflow)"
+        blocks = f"({self.dim(split.keys, what)} + {split.block_keys - 1}) / {split.block_keys}"
+        return tiles, blocks, split.unit_bytes
 
     def attention_extents(self, kernel_fn: Any, launch: Optional[AttentionLaunch]) \
             -> dict[str, Any] | None:

@@ -127,8 +127,9 @@ class PtxBackend(Backend):
         from ..common.schedule import Kernel
 
         job = self.job
-        kernels = {k.name: Kernel(i, k.name, len(k.inputs) + len(k.outputs), k.shared,
-                                  k.row_elements) for i, k in enumerate(compiled.kernels)}
+        kernels = {k.name: Kernel(i, k.name, len(k.inputs) + len(k.outputs) + bool(k.split),
+                                  k.shared, k.row_elements, split=k.split)
+                   for i, k in enumerate(compiled.kernels)}
         host = generate(self.module, name=job.name, source=job.source, arch=self.options.arch,
                         target=self.host,
                         device=DeviceCode(compiled.cubin, compiled.ptx, kernels))

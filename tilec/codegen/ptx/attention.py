@@ -44,17 +44,35 @@ from ...tiling.attention import AttentionTile
 from ...tiling.targets import TARGETS
 from ..common.layout import shape_of
 from ..common.rows import grid_point
-from ..common.scalar import Num, const, f32, i32, index, select
+from ..common.scalar import Num, const, f32, i32, index, select, to_int
 from ..common.values import Lazy, Splat
-from .fragments import (MMA_A, MMA_B, MMA_C, Source, accumulator_as_operand,
+from .fragments import (MMA_A, MMA_B, MMA_C, Source, accumulator_as_operand, affine,
                         ldmatrix_origins)
 from .gemm import COPY_BYTES, OPERAND_TYPES, THREADS, GemmLowering, _Operand
-from .kernel import _gep
+from .kernel import SplitLaunch, _for, _gep
 
 BLOCK_M = 128                # query rows per block: 16 per warp
 BLOCK_N = 64                 # keys per block
 WARP_ROWS = 16
 P_OPERAND = accumulator_as_operand(MMA_C, MMA_A)
+MIN_SPLIT_BLOCKS = 4         # key blocks a split takes at least (256 keys)
+
+
+def attention_splits(tiles: int, key_blocks: int, sms: int) -> int:
+    """Into how many splits the grid divides the key blocks of each of its ``tiles`` (row
+    blocks): 1 when the tiles alone fill the ``sms`` multiprocessors (a block of this kernel
+    fills one: its registers), else enough splits that ``tiles * splits`` covers them, each
+    of at least :data:`MIN_SPLIT_BLOCKS` key blocks.  ``tilec_cuda_attention_splits`` is this
+    rule in the host's C."""
+    if tiles <= 0 or tiles >= sms:
+        return 1
+    return max(1, min(-(-sms // tiles), key_blocks // MIN_SPLIT_BLOCKS))
+
+
+def split_range(blocks: Any, splits: Any, split: Any) -> tuple[Any, Any]:
+    """Key blocks ``[first, end)`` of split ``split`` of ``splits`` over ``blocks`` (ints or
+    index values): as even as integers allow."""
+    return split * blocks // splits, (split + 1) * blocks // splits
 
 
 def head_dim(fn: Any, tile: AttentionTile) -> Optional[int]:
@@ -99,31 +117,67 @@ class AttentionLowering(GemmLowering):
         ops = [op.operation for op in fn.regions[0].blocks[0].operations]
         self.matmuls = [op for op in ops if op.name == "tile.matmul"]
         self.mode = "scores"
+        self.workspaces = 0 if self.rank_generic else 1
         self.acc_value: Optional[Num] = None
         self.column: Optional[Num] = None
         self.captured: Optional[Num] = None
 
+    def build(self, module_body: ir.Block) -> Any:
+        """The kernel, 256 threads, one block per multiprocessor (``.minnctapersm 1``): what
+        the split rule counts on, and what lets ptxas hold a 64-wide head's split path in
+        registers (left to itself it aims at two blocks, 128 registers, and spills)."""
+        kernel = super().build(module_body)
+        func = list(module_body.operations)[-1]
+        func.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(i32(), 1)
+        return kernel
+
     # -- the frame -----------------------------------------------------------------------------
-    def _row_loop(self, first: Num, last: Num) -> None:
-        """Instead of rows: the (batch, query block) tiles, strided over the blocks."""
+    def _extents(self) -> tuple[list[Dim], list[Dim], Dim, Dim]:
+        """The batch axes, the query-head axes that share a key head, s and t."""
         q_shape = shape_of(self.inputs[self.attention.q])
         k_shape = shape_of(self.inputs[self.attention.k])
-        self.s, self.t = self.dim(q_shape[-2]), self.dim(k_shape[-2])
         batch_shape = shape_of(self.outputs[0])[:-2]
         heads = shared_heads(batch_shape, k_shape[:-2],
                              shape_of(self.inputs[self.attention.v])[:-2])
-        self.batch_extents = [self.dim(d) for d in batch_shape[:len(batch_shape) - heads]]
-        self.head_extents = [self.dim(d) for d in batch_shape[len(batch_shape) - heads:]]
+        cut = len(batch_shape) - heads
+        return list(batch_shape[:cut]), list(batch_shape[cut:]), q_shape[-2], k_shape[-2]
+
+    def split_launch(self) -> Optional[SplitLaunch]:
+        """The host's view of the split (module docstring): none for a rank-generic kernel,
+        which keeps a block per tile."""
+        if not self.workspaces:
+            return None
+        batch, heads, s, t = self._extents()
+        count, group = Dim.const(1), s
+        for e in batch:
+            count = count * e
+        for e in heads:
+            group = group * e
+        return SplitLaunch(count, group, t, BLOCK_M, BLOCK_N, 4 * BLOCK_M * (self.d + 2))
+
+    def _row_loop(self, first: Num, last: Num) -> None:
+        """Instead of rows: the (tile, split) units, tiles being (batch, query block), strided
+        over the blocks; the host passes ``tiles * splits`` as the grid's rows."""
+        batch_dims, head_dims, s, t = self._extents()
+        self.s, self.t = self.dim(s), self.dim(t)
+        self.batch_extents = [self.dim(d) for d in batch_dims]
+        self.head_extents = [self.dim(d) for d in head_dims]
         batch, self.rows = const(index(), 1), self.s
         for e in self.batch_extents:
             batch = batch * e
         for e in self.head_extents:
             self.rows = self.rows * e
         self.q_tiles = (self.rows + (BLOCK_M - 1)) // BLOCK_M
+        self.tiles = batch * self.q_tiles
+        self.splits = const(index(), 1)
+        if self.workspaces:
+            whole = self.grid_rows // select(self.tiles.gt(0), self.tiles, const(index(), 1))
+            self.splits = select(whole.gt(1), whole, const(index(), 1))
         self.diagonal = self.dim(parse_dim(self.attention.diagonal))
         self._frame()
         loop = scf.ForOp(Num(gpu.block_id(gpu.Dimension.x)).value,
-                         (batch * self.q_tiles).value, Num(gpu.grid_dim(gpu.Dimension.x)).value)
+                         (self.tiles * self.splits).value,
+                         Num(gpu.grid_dim(gpu.Dimension.x)).value)
         self.entry = ir.InsertionPoint(loop.operation)
         with ir.InsertionPoint(loop.body):
             self._tile(Num(loop.induction_variable))
@@ -151,7 +205,9 @@ class AttentionLowering(GemmLowering):
         return offset * self.t * self.d
 
     # -- one tile ------------------------------------------------------------------------------
-    def _tile(self, tile: Num) -> None:
+    def _tile(self, unit: Num) -> None:
+        """(tile, split) unit ``unit``: its query block against its split's key blocks."""
+        tile, split = unit // self.splits, unit % self.splits
         b, self.row0 = tile // self.q_tiles, (tile % self.q_tiles) * BLOCK_M
         self.batch = b
         extents = self.batch_extents
@@ -159,20 +215,31 @@ class AttentionLowering(GemmLowering):
             [b] if extents else []
         self.k_base, self.v_base = (self._kv_base(n) for n in (self.attention.k,
                                                                self.attention.v))
-        blocks = self._key_blocks()
+        first, end = split_range(self._key_blocks(), self.splits, split)
         # the lane's two rows (accumulator elements 0, 1 and 2, 3) and their grid points
         self.lane_rows = [self.row0 + self.warp_row + self._place(e)[0] for e in (0, 2)]
         self.lane_coords = [self._coords(row) for row in self.lane_rows]
         self._copy_block(self.q_shared, self.q_block, const(index(), 0), self._q_place(),
                    self.attention.q)
         nvvm.cp_async_commit_group()
-        self._load_keys(const(index(), 0), blocks)
+        self._load_keys(first, end)
         nvvm.cp_async_wait_group(1)
         self.barrier()
         q = [self._ldmatrix_rows(self.q_shared, self.q_block, const(index(), 0),
                                  self.warp_row, ks * 16, False) for ks in range(self.d // 16)]
-        out = self._key_loop(q, blocks)
-        self._finish(out)
+        out = self._key_loop(q, first, end)
+        if self.workspaces:
+            whole = scf.IfOp(self.splits.eq(1).value, [], has_else=True)
+            with ir.InsertionPoint(whole.then_block):
+                self._finish(out)
+                scf.YieldOp([])
+            with ir.InsertionPoint(whole.else_block):
+                self._partial(out, unit)
+                self._last_combines(_opaque(tile), _opaque(self.tiles * self.splits),
+                                    _opaque(self.splits))
+                scf.YieldOp([])
+        else:
+            self._finish(out)
         self.barrier()             # the next tile's copies reuse the buffers
 
     def _key_blocks(self) -> Num:
@@ -240,13 +307,13 @@ class AttentionLowering(GemmLowering):
                 scf.YieldOp([])
 
     # -- the key loop --------------------------------------------------------------------------
-    def _key_loop(self, q: list[list[ir.Value]], blocks: Num) -> list[Num]:
-        """Carried: the running maximum of the lane's two rows, their partial sums, and the
-        output accumulators (``d / 8`` tiles of 4)."""
+    def _key_loop(self, q: list[list[ir.Value]], first: Num, blocks: Num) -> list[Num]:
+        """Key blocks ``first`` to ``blocks``; carried: the running maximum of the lane's two
+        rows, their partial sums, and the output accumulators (``d / 8`` tiles of 4)."""
         minus = const(f32(), -math.inf)
         zero = const(f32(), 0.0)
         carried = [minus, minus, zero, zero] + [zero] * (self.d // 8 * 4)
-        loop = scf.ForOp(const(index(), 0).value, blocks.value, const(index(), 1).value,
+        loop = scf.ForOp(first.value, blocks.value, const(index(), 1).value,
                          [v.value for v in carried])
         with ir.InsertionPoint(loop.body):
             j = Num(loop.induction_variable)
@@ -370,10 +437,7 @@ class AttentionLowering(GemmLowering):
 
     # -- the end -------------------------------------------------------------------------------
     def _finish(self, state: list[Num]) -> None:
-        sums = state[2:4]
-        for r in range(2):
-            for offset in (1, 2):
-                sums[r] = sums[r] + _shuffle(sums[r], offset)
+        sums = _row_sums(state[2:4])
         out = state[4:]
         for n in range(self.d // 8):
             for e in range(MMA_C.elements):
@@ -387,6 +451,107 @@ class AttentionLowering(GemmLowering):
             self.coords = self.lane_coords[half]
             self.body()
             scf.YieldOp([])
+
+    # -- a split: the workspace and the combine ------------------------------------------------
+    def _unit_base(self, unit: Num) -> Num:
+        """The float offset of (tile, split) unit ``unit`` in the workspace: its unnormalised
+        output block ``[BLOCK_M, d]``, then the maxima and sums of its rows."""
+        return unit * (BLOCK_M * (self.d + 2))
+
+    def _partial(self, state: list[Num], unit: Num) -> None:
+        """This split's rows to the workspace: the accumulators as they are (relative to
+        the running maxima), each row's maximum and sum by the first lane of its group."""
+        maxima, sums, out = state[0:2], _row_sums(state[2:4]), state[4:]
+        base = self._unit_base(unit)
+        for half in range(2):
+            # the lane's place is opaque here: its offsets, computed before the key loop,
+            # would be registers held through it
+            r = _opaque(self.warp_row + self._place(2 * half)[0])
+            at = _opaque(base + r * self.d + self._place(2 * half)[1])
+            inside = scf.IfOp(self.lane_rows[half].lt(self.rows).value)
+            with ir.InsertionPoint(inside.then_block):
+                for n in range(self.d // 8):
+                    for e in (2 * half, 2 * half + 1):
+                        step = affine(MMA_C, e, 1).constant - affine(MMA_C, 2 * half, 1).constant
+                        self._put(at + (n * 8 + step), out[n * 4 + e])
+                first_lane = scf.IfOp((self.lane % 4).eq(0).value)
+                with ir.InsertionPoint(first_lane.then_block):
+                    self._put(base + BLOCK_M * self.d + r, maxima[half])
+                    self._put(base + BLOCK_M * (self.d + 1) + r, sums[half])
+                    scf.YieldOp([])
+                scf.YieldOp([])
+
+    def _put(self, offset: Num, value: Num) -> None:
+        llvm.store(value.value, _gep(self.workspace, offset, f32()))
+
+    def _get(self, offset: Num) -> Num:
+        return Num(llvm.load(f32(), _gep(self.workspace, offset, f32())))
+
+    def _last_combines(self, tile: Num, units: Num, splits: Num) -> None:
+        """The tile's counter (after the units' floats) counts its finished splits; the
+        block that finishes last combines them.  Fences order the partial results before
+        the count and the combine's reads after it; the verdict goes through shared
+        memory (Q's buffer, whose fragments are in registers by now)."""
+        counters = _gep(self.workspace, self._unit_base(units), f32())
+        flag = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<3>"), self.q_shared) \
+            if self.q_shared.type != ir.Type.parse("!llvm.ptr<3>") else self.q_shared
+        _fence()
+        self.barrier()
+        first = scf.IfOp(self.tid.eq(0).value)
+        with ir.InsertionPoint(first.then_block):
+            counter = _gep(counters, tile, i32())
+            done = llvm.atomicrmw(llvm.AtomicBinOp.add, counter, const(i32(), 1).value,
+                                  llvm.AtomicOrdering.monotonic)
+            count = to_int(splits, i32())
+            last = Num(done).eq(count - 1)
+            llvm.store(select(last, count, const(i32(), 0)).value, flag)
+            scf.YieldOp([])
+        self.barrier()
+        # the combine's split count is this load, so that nothing it computes from the count
+        # is hoisted above the key loop (registers held through it)
+        count = Num(llvm.load(i32(), flag))
+        combine = scf.IfOp(count.ne(0).value)
+        with ir.InsertionPoint(combine.then_block):
+            _fence()
+            self._combine(tile, to_int(count, index()))
+            scf.YieldOp([])
+
+    def _combine(self, tile: Num, splits: Num) -> None:
+        """Each element of the tile's rows, spread over the threads: the splits' outputs
+        rescaled to their largest maximum and summed, in split order, divided by their
+        rescaled sums (0 / 0, NaN, for a row that sees no key); then the kernel's tail."""
+        loop = scf.ForOp(self.tid.value, const(index(), BLOCK_M * self.d).value,
+                         const(index(), THREADS).value)
+        with ir.InsertionPoint(loop.body):
+            flat = Num(loop.induction_variable)
+            r, col = flat // self.d, flat % self.d
+            row = self.row0 + r
+            inside = scf.IfOp(row.lt(self.rows).value)
+            with ir.InsertionPoint(inside.then_block):
+                value = self._combined(tile * splits, splits, r, col)
+                self.mode, self.acc_value, self.column = "output", value, col
+                self.coords = self._coords(row)
+                self.body()
+                scf.YieldOp([])
+            scf.YieldOp([])
+
+    def _combined(self, first_unit: Num, splits: Num, r: Num, col: Num) -> Num:
+        """Row ``r``, column ``col`` of the tile combined over its splits, in split order:
+        a running maximum, the sum and the output rescaled to it as it grows."""
+        def add(i: Num, acc: list[Num]) -> list[Num]:
+            top, total, value = acc
+            base = self._unit_base(first_unit + i)
+            m = self._get(base + BLOCK_M * self.d + r)
+            new = top.maximum(m)
+            shift = select(new.eq(-math.inf), const(f32(), 0.0), new)
+            old, mine = _exp(top - shift), _exp(m - shift)
+            return [new, total * old + self._get(base + BLOCK_M * (self.d + 1) + r) * mine,
+                    value * old + self._get(base + r * self.d + col) * mine]
+
+        zero = const(f32(), 0.0)
+        _, total, value = _for(const(index(), 0), splits, const(index(), 1),
+                               [const(f32(), -math.inf), zero, zero], add)
+        return value / total
 
     def _coords(self, row: Num) -> list[Num]:
         """The grid point of row ``row`` of this tile's key/value head."""
@@ -428,6 +593,28 @@ def shared_heads(batch: Any, k: Any, v: Any) -> int:
             break
         count += 1
     return count
+
+
+def _row_sums(sums: list[Num]) -> list[Num]:
+    """The lane's two partial row sums, summed over its group of four lanes."""
+    out = list(sums)
+    for r in range(2):
+        for offset in (1, 2):
+            out[r] = out[r] + _shuffle(out[r], offset)
+    return out
+
+
+def _opaque(x: Num) -> Num:
+    """``x`` through an empty side-effecting asm: what the code after the key loop computes
+    from it stays there (LLVM would hoist it before the loop, a register held through it)."""
+    wide = to_int(x, ir.IntegerType.get_signless(64))
+    return to_int(Num(llvm.inline_asm(wide.type, [wide.value], "mov.b64 $0, $1;", "=l,l",
+                                      has_side_effects=True)), index())
+
+
+def _fence() -> None:
+    """``fence.acq_rel.gpu``: this thread's global writes before, reads after."""
+    llvm.FenceOp(llvm.AtomicOrdering.acq_rel, syncscope="device")
 
 
 def _shuffle(value: Num, offset: int) -> Num:

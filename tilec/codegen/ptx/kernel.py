@@ -138,6 +138,7 @@ class GpuKernel:
     row_elements: Dim                 # elements of the largest output row: sets the threads
     buffers: tuple[SharedBuffer, ...]
     static_shared: int                # bytes of the reduction slots
+    split: Optional["SplitLaunch"] = None   # attention: keys split over blocks, a workspace
 
     @property
     def shared(self) -> Dim:
@@ -146,6 +147,21 @@ class GpuKernel:
         for b in self.buffers:
             total = total + b.bytes + VECTOR_BYTES
         return total
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """What the host needs to split an attention kernel's keys over thread blocks
+    (:mod:`.attention`): the grid's tiles are ``batch * ceil(group / block_rows)``, its key
+    blocks ``ceil(keys / block_keys)``; each (tile, split) unit takes ``unit_bytes`` of the
+    workspace, each tile 4 more (its counter)."""
+
+    batch: Dim
+    group: Dim
+    keys: Dim
+    block_rows: int
+    block_keys: int
+    unit_bytes: int
 
 
 @dataclass(frozen=True)
@@ -200,8 +216,10 @@ class _Lowering(RowLowering):
         self.policy: Optional[ir.Value] = None
 
     # -- frame ---------------------------------------------------------------------------------
+    workspaces = 0                         # buffers after the results (attention's split)
+
     def build(self, module_body: ir.Block) -> GpuKernel:
-        n_buffers = len(self.inputs) + len(self.outputs)
+        n_buffers = len(self.inputs) + len(self.outputs) + self.workspaces
         types = [_ptr(1)] * n_buffers + [i64()] * (len(self.symbols) + self.rank_generic + 2)
         with self.fn.location, ir.InsertionPoint(module_body):
             slots = llvm.GlobalOp(ir.TypeAttr.get(ir.Type.parse("!llvm.array<1 x f32>")),
@@ -213,20 +231,23 @@ class _Lowering(RowLowering):
             if not self._in_place():
                 kernel.attributes["arg_attrs"] = ir.ArrayAttr.get(
                     [_attrs("llvm.noalias", "llvm.readonly")] * len(self.inputs)
-                    + [_attrs("llvm.noalias")] * len(self.outputs)
+                    + [_attrs("llvm.noalias")] * (len(self.outputs) + self.workspaces)
                     + [_attrs()] * (len(types) - n_buffers))
             block = kernel.body.blocks.append(*types)
             args = [Num(a) for a in block.arguments]
             with ir.InsertionPoint(block):
                 self.entry = ir.InsertionPoint(block)
                 self.arg_buffers = [a.value for a in args[:len(self.inputs)]]
-                self.out_buffers = [a.value for a in args[len(self.inputs):n_buffers]]
+                self.out_buffers = [a.value for a in
+                                    args[len(self.inputs):n_buffers - self.workspaces]]
+                self.workspace = args[n_buffers - 1].value if self.workspaces else None
                 rest = args[n_buffers:]
                 for name, value in zip(self.symbols, rest):
                     self.values[name] = to_int(value, index())
                 if self.rank_generic:
                     self.values[LEAD] = to_int(rest[len(self.symbols)], index())
                 rows, per_block = (to_int(v, index()) for v in rest[-2:])
+                self.grid_rows = rows
                 self.tid = Num(gpu.thread_id(gpu.Dimension.x))
                 self.threads = Num(gpu.block_dim(gpu.Dimension.x))
                 self.slot_base = llvm.mlir_addressof(_ptr(3), slots.sym_name.value)
@@ -248,7 +269,11 @@ class _Lowering(RowLowering):
         return GpuKernel(self.name, tuple(i.dtype for i in self.inputs),
                          tuple(i.dtype for i in self.outputs), tuple(self.symbols),
                          self.rank_generic, tuple(self.grid), self._row_elements(),
-                         tuple(self.buffers), self.slots * WARP * 4)
+                         tuple(self.buffers), self.slots * WARP * 4, self.split_launch())
+
+    def split_launch(self) -> Optional["SplitLaunch"]:
+        """How the host splits this kernel's grid (attention's keys), None: it does not."""
+        return None
 
     def _in_place(self) -> bool:
         """Whether an output may take the buffer of an input (tile-fuse's ``tile.reuse``):
