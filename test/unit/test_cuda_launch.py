@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,66 @@ def test_the_c_split_rule_is_the_codegen_rule(harness: Path) -> None:
         tiles, blocks, on_132, on_108 = map(int, line.split())
         assert (on_132, on_108) == (attention_splits(tiles, blocks, 132),
                                     attention_splits(tiles, blocks, 108)), line
+
+
+DECODE = """
+func dec(q: Tensor<bf16>[b, hk, g, 1, 128], k: Tensor<bf16>[b, hk, 1, t, 128],
+         v: Tensor<bf16>[b, hk, 1, t, 128]) -> Tensor<bf16>[b, hk, g, 1, 128] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * 0.08838834764831845;
+  return cast(cast(softmax(scores, axis=-1), bf16) @ v, bf16);
+}
+"""
+
+CALL = r"""
+import ctypes, sys
+library = ctypes.CDLL(sys.argv[1])
+library.tilec_last_error.restype = ctypes.c_char_p
+library.dec.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_void_p]
+status = library.dec(16, 32, 48, 64, *map(int, sys.argv[2:6]), None)
+driver = ctypes.CDLL("libcuda.so.1")
+state = [ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_ulonglong(), ctypes.c_ulonglong()]
+driver.stand_in_split(*map(ctypes.byref, state))
+print(status, driver.stand_in_launches(), *(s.value for s in state))
+print(library.tilec_last_error().decode() if status else "")
+"""
+
+
+@pytest.fixture(scope="module")
+def decode_library(harness: Path) -> Path:
+    (harness / "dec.tile").write_text(DECODE)
+    (harness / "call.py").write_text(CALL)
+    built = subprocess.run([sys.executable, "-c", "import sys; from tilec.cli import main; "
+                            "sys.exit(main(sys.argv[1:]))", str(harness / "dec.tile"),
+                            "--target", "ptx", "--no-cache", "-o", str(harness / "dec.so")],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    return harness / "dec.so"
+
+
+def call_decode(harness: Path, library: Path, t: int, **env: str) -> list[str]:
+    done = subprocess.run([sys.executable, str(harness / "call.py"), str(library), "1", "8",
+                           "4", str(t)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LD_LIBRARY_PATH": str(harness), **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")
+
+
+@pytest.mark.parametrize("t, splits", [(4096, 16), (32768, 17)])
+def test_a_decode_library_launches_the_split_grid_with_a_workspace(
+        harness: Path, decode_library: Path, t: int, splits: int) -> None:
+    """The generated host code: 8 key heads of 4 query rows each are 8 row blocks; t keys
+    are t / 64 key blocks; on the stand-in's 132 multiprocessors, the rule's splits."""
+    assert attention_splits(8, t // 64, 132) == splits
+    status, launches, grid, allocated, zeroed_at, zeroed = map(
+        int, call_decode(harness, decode_library, t)[0].split())
+    unit = 4 * BLOCK_M * (128 + 2)
+    assert (status, launches, grid) == (0, 1, 8 * splits)
+    assert allocated == 8 * splits * unit + 8 * 4
+    assert (zeroed_at, zeroed) == (4096 + 8 * splits * unit, 8 * 4)
+
+
+def test_a_decode_library_without_memory_for_its_workspace_says_so(
+        harness: Path, decode_library: Path) -> None:
+    first, error = call_decode(harness, decode_library, 32768, STAND_IN_NO_MEMORY="1")[:2]
+    assert first.split()[:2] == ["5", "0"]
+    assert error.startswith("kernel dec__k0: no device memory for its workspace of "), error
