@@ -16,14 +16,18 @@ with the bundled runtime only, checks every output against its reference under t
 contract, checks the GEMMs at awkward sizes (M, N in 1, 127, 1000; K 255, whose rows are
 copied element by element, and 256, whose rows go through cp.async) against float64, the
 fused attention (causal grouped-query, an additive bias, decode with per-batch cache lengths,
-at awkward sizes) against PyTorch's ``scaled_dot_product_attention`` in float32 math, then
+at awkward sizes, and decode against the whole cache, 32/8 heads at t up to 32768, whose keys
+the kernel splits over thread blocks) against PyTorch's ``scaled_dot_product_attention`` in
+float32 math, then
 measures GB/s for swiglu, rmsnorm, layernorm, softmax and rope at 4096 tokens x 4096 hidden
 against the H200's peak HBM bandwidth (about 4.8 TB/s) and against Triton kernels for the
 same ops, and TFLOP/s of ``gelu(x @ w + b)`` at 4096^3 in float16 and bfloat16 against
 ``torch.matmul`` (cuBLAS; bare, and with PyTorch's bias and GELU after it) and a Triton GEMM
 with the same epilogue fused, and of causal grouped-query attention (s = 4096, 32 query and 8
 key/value heads, d = 128, bfloat16) against ``scaled_dot_product_attention(is_causal=True,
-enable_gqa=True)`` on the flash backend, within 5 minutes.  It prints one line per program, GEMM shape
+enable_gqa=True)`` on the flash backend, and decode (one query row, 32/8 heads, d = 128,
+bfloat16, t = 4096 and 32768) against ``scaled_dot_product_attention(enable_gqa=True)``,
+within 5 minutes.  It prints one line per program, GEMM shape
 and benchmark, and exits 1 on any failure.
 """
 from __future__ import annotations
@@ -92,9 +96,15 @@ func decode(q: Tensor<bf16>[b, hk, g, 1, 128], k: Tensor<bf16>[b, hk, 1, t, 128]
   let cached = where(iota([1, t], axis=1) < lens, scores, -inf);
   return cast(cast(softmax(cached, axis=-1), bf16) @ v, bf16);
 }
+func decode_gqa(q: Tensor<bf16>[b, hk, g, 1, 128], k: Tensor<bf16>[b, hk, 1, t, 128],
+                v: Tensor<bf16>[b, hk, 1, t, 128]) -> Tensor<bf16>[b, hk, g, 1, 128] {
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * 0.08838834764831845;
+  return cast(cast(softmax(scores, axis=-1), bf16) @ v, bf16);
+}
 """
 """The fused attention kernels of the check: causal grouped-query (the last s of t positions),
-a float32 additive bias, and decode against per-batch cache lengths."""
+a float32 additive bias, decode against per-batch cache lengths, and decode against the
+whole cache (the keys split over thread blocks: flash-decoding)."""
 ATTENTION_SIZES = {
     # (b, hk, g, s, t): causal rows always see a key (s <= t): a row that sees none is NaN in
     # the language and 0 in SDPA
@@ -102,6 +112,9 @@ ATTENTION_SIZES = {
                    (1, 2, 1, 1000, 1000)],
     "biased": [(1, 3, 1, 17, 255), (1, 2, 1, 1000, 1), (1, 1, 1, 255, 1000)],
     "decode": [(3, 2, 4, 1, 1), (2, 2, 4, 1, 255), (2, 8, 4, 1, 4097)],
+    # one query row, 32 query and 8 key/value heads: 8 row blocks, the keys split
+    "decode_gqa": [(1, 8, 4, 1, 17), (1, 8, 4, 1, 1000), (1, 8, 4, 1, 4096),
+                   (1, 8, 4, 1, 32768), (2, 2, 4, 1, 4097)],
 }
 # relative to the largest output (which shrinks as t grows): the output's rounding and P
 # rounded to the operand type before P @ V, float32 statistics
@@ -115,6 +128,7 @@ def attention_error(got, want, dtype: str) -> tuple[float, bool]:
     allowed = ATTENTION_TOLERANCE[dtype] * float(want.abs().max()) if want.numel() else 0.0
     return error, error <= allowed and not bool(got.isnan().any())
 ATTENTION_BENCH = (1, 8, 4, 4096, 128)   # b, key/value heads, queries per head, s = t, d
+DECODE_BENCH = [(1, 8, 4, 1, t) for t in (4096, 32768)]   # b, hk, g, s, t (d = 128)
 BENCH_SOURCES = {
     "softmax": "func softmax_rows(x: Tensor[rows, n]) -> Tensor[rows, n] {\n"
                "  return softmax(x, axis=-1);\n}\n",
@@ -474,7 +488,7 @@ def attention_reference(name: str, args: list):
         rows = torch.arange(s, device=q.device)[:, None]
         cols = torch.arange(t, device=q.device)[None, :]
         mask = cols <= rows + (t - s) if name == "causal_gqa" else \
-            cols < args[3].reshape(b, 1, 1, 1)
+            cols < args[3].reshape(b, 1, 1, 1) if name == "decode" else None
         scale = 0.08838834764831845
     with sdpa_kernel(SDPBackend.MATH):
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -542,6 +556,34 @@ def attention_benchmark(bundle: Path) -> int:
     return int(not ok)
 
 
+def decode_benchmark(bundle: Path) -> int:
+    """Decode (one query row, 32/8 heads, d = 128, bfloat16) against SDPA at t = 4096 and
+    32768: its time, and the key/value bytes read per second by each."""
+    import torch
+    from tilec.runtime.loader import load
+
+    lib = load(bundle / "bench_attention.so")
+    gen = torch.Generator(device="cuda").manual_seed(32768)
+    failures = 0
+    for b, hk, g, s, t in DECODE_BENCH:
+        q, k, v = attention_args("decode_gqa", (b, hk, g, s, t), "cuda", gen)
+        out = torch.empty_like(q)
+        ours = _time(lambda: lib.decode_gqa(q, k, v, out=out))
+        q4, k4, v4 = q.reshape(b, hk * g, s, 128), k.reshape(b, hk, t, 128), \
+            v.reshape(b, hk, t, 128)
+        theirs = _time(lambda: torch.nn.functional.scaled_dot_product_attention(
+            q4, k4, v4, enable_gqa=True))
+        want = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, enable_gqa=True)
+        diff, ok = attention_error(out, want.reshape(out.shape), "bfloat16")
+        moved = 2.0 * b * hk * t * 128 * 2            # K and V, bfloat16
+        print(f"decode t={t} {hk * g}/{hk} heads d=128 bf16: tilec {ours * 1e6:.1f} us "
+              f"({moved / ours / 1e9:.0f} GB/s), SDPA {theirs * 1e6:.1f} us "
+              f"({moved / theirs / 1e9:.0f} GB/s), tilec/SDPA {theirs / ours:.2f}x, "
+              f"max |tilec - SDPA| {diff:.3g}{'' if ok else ' FAIL'}")
+        failures += int(not ok)
+    return failures
+
+
 def gpu_missing() -> str:
     """Why this machine cannot run the check ('' when it can)."""
     try:
@@ -575,6 +617,7 @@ def run(bundle: Path) -> int:
         failures += gemm_benchmarks(bundle)
     if (bundle / "bench_attention.so").exists():
         failures += attention_benchmark(bundle)
+        failures += decode_benchmark(bundle)
     print(f"{failures} failure(s) in {time.monotonic() - start:.0f} s")
     return 1 if failures else 0
 

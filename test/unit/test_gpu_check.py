@@ -53,7 +53,7 @@ def test_the_bundled_runtime_stands_alone(bundle: Path, tmp_path: Path) -> None:
     assert Path(location).is_relative_to(bundle)
     for name in ("gemm_f16", "linear_gelu_f16", "gemm_bf16", "linear_gelu_bf16",
                  "linear_t_bf16", "shared_weight_bf16", "gemm_f32", "linear_gelu_f32",
-                 "causal_gqa", "biased", "decode"):
+                 "causal_gqa", "biased", "decode", "decode_gqa"):
         assert f"'{name}'" in functions
 
 
@@ -95,7 +95,7 @@ def test_the_attention_reference_follows_the_language() -> None:
     lib = tilec.compile_string(check.ATTENTION_SOURCE, "attention.tile", target="cpu")
     gen = torch.Generator().manual_seed(18)
     for name, size in (("causal_gqa", (1, 2, 2, 17, 40)), ("biased", (1, 2, 1, 17, 33)),
-                       ("decode", (3, 2, 2, 1, 70))):
+                       ("decode", (3, 2, 2, 1, 70)), ("decode_gqa", (1, 2, 4, 1, 300))):
         args = check.attention_args(name, size, "cpu", gen)
         want = check.attention_reference(name, args)
         error, ok = check.attention_error(lib[name](*args), want, str(args[0].dtype)[6:])

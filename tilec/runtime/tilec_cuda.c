@@ -5,6 +5,8 @@
  * primary context of device 0, made current.  Launch shape: threads per block from the row
  * (a multiple of 32 with about 8 elements each, 32 to 256), at most one resident wave of
  * blocks (multiprocessors x 2048 / threads), each block taking a contiguous run of rows.
+ * An attention launch whose keys split (tilec_cuda_launch_split) takes tiles x splits as its
+ * rows, with 256 threads and a workspace it allocates, zeroes the counters of and frees.
  */
 #include "tilec_cuda.h"
 
@@ -31,6 +33,7 @@ enum {
   FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
   THREADS_PER_MULTIPROCESSOR = 2048,
   DEFAULT_SHARED_LIMIT = 48 * 1024,
+  ATTENTION_ROW_ELEMENTS = 8 * 256, /* sets 256 threads: the attention kernel's */
 };
 
 static struct {
@@ -290,7 +293,8 @@ int tilec_cuda_launch_split(tilec_cuda_code* code, int kernel, void** buffers, i
   CUdeviceptr workspace = 0;
   CUresult result;
   if (bytes > 0) {
-    if ((result = cu.cuMemAllocAsync(&workspace, (size_t)bytes, (CUstream)stream)) != CUDA_SUCCESS) {
+    result = cu.cuMemAllocAsync(&workspace, (size_t)bytes, (CUstream)stream);
+    if (result != CUDA_SUCCESS) {
       const char* text = "unknown error";
       cu.cuGetErrorString(result, &text);
       return tilec_fail(TILEC_ERR_DEVICE, "kernel %s: no device memory for its workspace of %lld "
@@ -306,7 +310,8 @@ int tilec_cuda_launch_split(tilec_cuda_code* code, int kernel, void** buffers, i
   buffers[nbuffers - 1] = (void*)(uintptr_t)workspace;
   if (status == TILEC_OK)
     status = launch_rows(code, kernel, function, multiprocessors, shared_limit, buffers,
-                         nbuffers, values, nvalues, tiles * splits, 8 * 256, shared, stream);
+                         nbuffers, values, nvalues, tiles * splits, ATTENTION_ROW_ELEMENTS,
+                         shared, stream);
   if (workspace != 0) cu.cuMemFreeAsync(workspace, (CUstream)stream);
   return status;
 }

@@ -6,14 +6,17 @@ the store; :mod:`tilec.tiling.attention`) whose q, k, v and P are all float16 or
 bfloat16 and whose head dimension is a constant multiple of 16 up to 128 (tile-attention
 fuses no other for ptx: the target's ``attention_head_max``; the output accumulators of a
 larger head would spill).  Out: the
-``gpu.func`` of :class:`AttentionLowering`, with the ABI of every ptx kernel, launched with
-256 threads.
+``gpu.func`` of :class:`AttentionLowering`, with the ABI of every ptx kernel plus one
+buffer after the results, the workspace (not for a rank-generic kernel), launched with 256
+threads, one block per multiprocessor (``.minnctapersm 1``).
 
 How it runs.  The query rows of one key/value head are one sequence of rows: those of its
 query heads one after the other (the trailing batch axes over which k and v are broadcast,
 then s), so that a grouped-query block reads each K/V block once for all its heads and a
-decode's heads fill one block.  Block ``b`` takes tiles ``b, b + gridDim.x, ...`` of
-``BLOCK_M`` such rows (row blocks fastest, then the remaining batch).  Its 8 warps own 16 rows each.  Q's block is copied
+decode's heads fill one block.  A tile is ``BLOCK_M`` such rows (row blocks fastest, then
+the remaining batch); the grid's work is ``tiles x splits`` units (tile, split), block ``b``
+taking units ``b, b + gridDim.x, ...``, each walking split ``split`` of its tile's key blocks
+(:func:`split_range`).  Its 8 warps own 16 rows each.  Q's block is copied
 to shared memory once and held in registers as mma A fragments; the key/value blocks of
 ``BLOCK_N`` keys go through two shared-memory stages by ``cp.async`` (block ``j + 1`` copied
 while block ``j`` is computed).  Per block, each warp computes its 16 x 64 scores on
@@ -24,12 +27,29 @@ its two rows per lane (shuffles among the lane's group of four), rescales its ou
 accumulators, converts ``exp(S - max)`` to the operand type in registers (the C fragments of
 two score tiles are the A fragment of ``P @ V``: :func:`.fragments.accumulator_as_operand`)
 and adds ``P @ V`` (V by ``ldmatrix.trans``).  Key blocks wholly above the causal diagonal
-are never visited.  The end divides by the sum (a row whose every score is ``-inf`` gives
-0 / 0, NaN, as ``softmax`` does) and runs the kernel's tail (casts) and store per element.
+are never visited (a causal tile's splits divide only the blocks its rows can see).  With one
+split, the end divides by the sum (a row whose every score is ``-inf`` gives 0 / 0, NaN, as
+``softmax`` does) and runs the kernel's tail (casts) and store per element.
+
+Flash-decoding.  A decode has few tiles (one per key head) against a long key axis, which
+would leave most multiprocessors idle; the host (``tilec_cuda_launch_split``) picks the
+splits by :func:`attention_splits` on the device's multiprocessor count (enough units to give
+each multiprocessor one, each split at least :data:`MIN_SPLIT_BLOCKS` key blocks; prefill
+keeps one) and passes ``tiles x splits`` as the grid's rows, from which the kernel takes the
+count.  With more than one, a unit writes to the workspace, float32, its unnormalised output
+block ``[BLOCK_M, d]`` (relative to its running maxima) and each row's maximum and sum
+(``unit_bytes`` of :class:`.kernel.SplitLaunch` per unit; after all units, an int32 counter
+per tile that the host zeroes).  Then a fence, a barrier and thread 0's atomic add on its
+tile's counter: the block that counts the last split (a fence again) combines the tile's
+splits, per element, in split order (a running maximum, the sums and outputs rescaled to
+it: deterministic whichever block comes last; a row that sees no key is 0 / 0, NaN, as
+unsplit), divides, and runs the tail and store.  The combine is the last block's and not a
+second launch: a decode takes microseconds, of which a second launch would be a good part,
+and the kernel's tail (casts, the store) stays in one kernel.  Rows past ``rows`` are
+neither written nor combined.
 
 The key and value heads of a grouped-query kernel are read where they lie: a batch axis of
-extent 1 in k or v has stride 0.  Decode is not split across blocks here (a block per key
-head); the CPU's flash-decoding split is not ported yet.
+extent 1 in k or v has stride 0.
 """
 from __future__ import annotations
 

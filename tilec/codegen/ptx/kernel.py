@@ -9,7 +9,9 @@ describing ONE row of a grid.  Out: one ``gpu.module @tilec_kernels`` holding, f
      i64 rows, i64 rows_per_block)
 
 Buffers are flat, contiguous, row-major global memory in the element type of their tensor (a
-rank-0 argument too: the host stages scalar parameters on the device in their own type).
+rank-0 argument too: the host stages scalar parameters on the device in their own type).  An
+attention kernel whose keys the grid may split takes one more buffer after its results, its
+workspace (:class:`SplitLaunch`, :mod:`.attention`).
 
 How the grid runs: block ``b`` computes the rows ``[b * rows_per_block, (b + 1) *
 rows_per_block)`` of the flattened grid, one after the other, with all its threads: a row per
