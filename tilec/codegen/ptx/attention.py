@@ -513,8 +513,7 @@ class AttentionLowering(GemmLowering):
         the count and the combine's reads after it; the verdict goes through shared
         memory (Q's buffer, whose fragments are in registers by now)."""
         counters = _gep(self.workspace, self._unit_base(units), f32())
-        flag = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<3>"), self.q_shared) \
-            if self.q_shared.type != ir.Type.parse("!llvm.ptr<3>") else self.q_shared
+        flag = self.q_shared
         _fence()
         self.barrier()
         first = scf.IfOp(self.tid.eq(0).value)
