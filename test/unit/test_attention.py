@@ -172,6 +172,33 @@ def test_decode_splits_the_keys_across_threads(lib):
     agrees(lib, "plain", rand((1, 1, 128)), rand((1, 4000, 128)), rand((1, 4000, 128)))
 
 
+DECODE = "\n".join(f"""
+func decode_{short}(q: Tensor<{short}>[b, hk, g, s, d], k: Tensor<{short}>[b, hk, 1, t, d],
+                    v: Tensor<{short}>[b, hk, 1, t, d], lens: Tensor<i32>[b, 1, 1, 1, 1])
+    -> Tensor<{short}>[b, hk, g, s, d] {{
+  let scores = cast(q @ transpose(k, [0, 1, 2, 4, 3]), f32) * rsqrt(cast(dim(d), f32));
+  let seen = where(iota([s, t], axis=1) < lens, scores, -inf);
+  return cast(cast(softmax(seen, axis=-1), {short}) @ v, {short});
+}}""" for short in ("f32", "f16", "bf16"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
+@pytest.mark.parametrize("g,s,t,d", [(1, 1, 1000, 64), (3, 1, 17, 33), (4, 1, 1000, 128),
+                                     (5, 1, 255, 72), (3, 2, 1000, 64), (9, 1, 255, 64)])
+def test_decode_streams_a_few_query_rows(g, s, t, d, dtype):
+    """Up to 8 query rows a key head (the heads of a grouped-query unit, s rows each) stream
+    the keys and values once (16-lane dot products, bfloat16 pairs on AVX512_BF16); 9 rows
+    run on the tiles.  1 to 5 rows, d off the 16 and 32 lanes, split or not, float32,
+    float16 and bfloat16, a batch index whose rows see no key (NaN) and one that sees one."""
+    lib = tilec.compile_string(DECODE, "decode.tile")
+    name = "decode_" + {np.float32: "f32", np.float16: "f16", BF16: "bf16"}[dtype]
+    lens = np.array([t, 0, 1], np.int32).reshape(3, 1, 1, 1, 1)
+    got = agrees(lib, name, rand((3, 2, g, s, d), dtype), rand((3, 2, 1, t, d), dtype),
+                 rand((3, 2, 1, t, d), dtype), lens, source=DECODE)
+    nan = np.isnan(got.astype(np.float32))
+    assert nan[1].all() and not nan[0].any() and not nan[2].any()
+
+
 # posix_memalign (tilec_alloc's) failing from TILEC_TEST_ALLOC_LIMIT bytes up: NumPy and
 # Python allocate with malloc, so only the runtime's blocks fail
 _FAILING_ALLOC = r"""
@@ -321,6 +348,8 @@ t.agrees(lib, "plain", t.rand((2, 255, 72)), t.rand((2, 1000, 72)), t.rand((2, 1
 t.agrees(lib, "causal_gqa", t.rand((1, 2, 3, 17, 64), t.BF16), t.rand((1, 2, 1, 255, 64), t.BF16),
          t.rand((1, 2, 1, 255, 64), t.BF16))
 t.agrees(lib, "plain", t.rand((1, 1, 128)), t.rand((1, 4000, 128)), t.rand((1, 4000, 128)))
+t.agrees(lib, "causal_gqa", t.rand((1, 2, 4, 1, 72), t.BF16), t.rand((1, 2, 1, 1000, 72), t.BF16),
+         t.rand((1, 2, 1, 1000, 72), t.BF16))
 """
 
 

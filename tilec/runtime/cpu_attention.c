@@ -582,6 +582,205 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
   }
 }
 
+/* -- a few query rows (decode) ---------------------------------------------------------------
+ * Where a task holds at most FEW rows (a decode: the query heads that share one key head, a
+ * row each), the keys and values stream once, straight from the caller's buffers: each key is
+ * read once for all the rows (a 16-lane dot product per row), each value once (o += p v for
+ * all the rows), nothing packed, widened into scratch or transposed. */
+
+#define FEW 8
+#define AHEAD 16   /* keys ahead that a decode prefetches */
+#define INLINE static inline __attribute__((always_inline))
+
+/* 16 elements of a float32, float16 or bfloat16 row as float32; lanes past live 0. */
+INLINE V4 __m512 load16(const char* src, int dtype, __mmask16 live) {
+  if (dtype == TILEC_ATTENTION_F32) return _mm512_maskz_loadu_ps(live, src);
+  __m256i h = _mm256_maskz_loadu_epi16(live, src);
+  if (dtype == TILEC_ATTENTION_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The sums of a[0..3]'s lanes, in lanes 0..3. */
+INLINE V4 __m128 sum4(const __m512* a) {
+  __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+  __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+  __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xee));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* st[r * BN + j] = q[r] . k[j] for ``rows`` <= 4 (a constant where inlined; q rows d apart,
+ * float32) and keys j < cols. */
+INLINE V4 void few_scores(const float* q, const char* k, const char* v, int dtype, float* st,
+                          int rows, int64_t cols, int64_t d, int64_t dv) {
+  int64_t bytes = element_bytes(dtype), full = d / 16 * 16;
+  for (int64_t j = 0; j < cols; j++) {
+    const char* kj = k + j * d * bytes;
+    for (int64_t line = 0; line < d * bytes; line += 64) {
+      _mm_prefetch(kj + AHEAD * d * bytes + line, _MM_HINT_T0);   /* never faults */
+      _mm_prefetch(v + j * dv * bytes + line, _MM_HINT_T0);
+    }
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (int64_t c = 0; c < d; c += 16) {
+      __mmask16 live = c < full ? 0xffff : lanes(d - c);
+      __m512 kc = load16(kj + c * bytes, dtype, live);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) if (r < rows)
+        acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, q + r * d + c), kc, acc[r]);
+    }
+    float sums[4];
+    _mm_storeu_ps(sums, sum4(acc));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) if (r < rows) st[r * BN + j] = sums[r];
+  }
+}
+
+/* o[r] += sum_j w[r * BN + j] v[j] for ``rows`` <= 4 (o rows dv apart): 16 columns at a time
+ * over all the keys, the sum in 4 accumulators a row (keys j mod 4), so that every cache
+ * line of v is read once. */
+INLINE V4 void few_values(const float* w, const char* v, int dtype, float* o, int rows,
+                          int64_t cols, int64_t dv) {
+  int64_t bytes = element_bytes(dtype);
+  for (int64_t c = 0; c < dv; c += 16) {
+    __mmask16 live = lanes(dv - c);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) if (r < rows) {
+      acc[r][0] = _mm512_maskz_loadu_ps(live, o + r * dv + c);
+      acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps();
+    }
+    const char* vc = v + c * bytes;
+    int64_t j = 0;
+    for (; j + 4 <= cols; j += 4)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; u++) {
+        __m512 vj = load16(vc + (j + u) * dv * bytes, dtype, live);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) if (r < rows)
+          acc[r][u] = _mm512_fmadd_ps(_mm512_set1_ps(w[r * BN + j + u]), vj, acc[r][u]);
+      }
+    for (; j < cols; j++) {
+      __m512 vj = load16(vc + j * dv * bytes, dtype, live);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) if (r < rows)
+        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(w[r * BN + j]), vj, acc[r][0]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) if (r < rows)
+      _mm512_mask_storeu_ps(o + r * dv + c, live,
+                            _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]),
+                                          _mm512_add_ps(acc[r][2], acc[r][3])));
+  }
+}
+
+/* few_scores (or few_values) for 1 to 4 rows, the count a constant in each call. */
+#define FEW_ROWS(call, rows) \
+  switch (rows) { case 1: call(1); break; case 2: call(2); break; case 3: call(3); break; \
+                  default: call(4); }
+
+/* The rest of a block once its raw scores are in x->st: the kernel's scores function, the
+ * online softmax and few_values (for one element type of the values). */
+INLINE V4 void few_rest(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                        int64_t j0, int64_t cols, int dtype) {
+  const char* v = at(p->v, dtype, w->v_base + j0 * p->dv);
+  block_epilogue(p, x->st, x->scores, w->row0, w->rows, j0, cols);
+  online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, p->dv, w->rows, cols, p->dv);
+  for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define VALUES(n) few_values(x->sb + r0 * BN, v, dtype, x->o + r0 * p->dv, n, cols, p->dv)
+    FEW_ROWS(VALUES, w->rows - r0)
+#undef VALUES
+  }
+}
+
+/* One block of keys and values of one element type. */
+INLINE V4 void few_block(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                         int64_t j0, int64_t cols, int dtype) {
+  const char* k = at(p->k, dtype, w->k_base + j0 * p->d);
+  const char* v = at(p->v, dtype, w->v_base + j0 * p->dv);
+  for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define SCORES(n) few_scores(x->q + r0 * p->d, k, v, dtype, x->st + r0 * BN, n, cols, p->d, p->dv)
+    FEW_ROWS(SCORES, w->rows - r0)
+#undef SCORES
+  }
+  few_rest(p, x, w, j0, cols, dtype);
+}
+
+static V4 void few_rest_bf16(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                             int64_t j0, int64_t cols) {
+  few_rest(p, x, w, j0, cols, TILEC_ATTENTION_BF16);
+}
+
+/* few_scores for bfloat16 queries (qa: rows dp apart, zero past d) and keys: 32 products of
+ * pairs a vdpbf16ps, as AMX's tiles compute them. */
+INLINE AMX void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k, const char* v,
+                              float* st, int rows, int64_t cols, int64_t d, int64_t dv) {
+  for (int64_t j = 0; j < cols; j++) {
+    const uint16_t* kj = k + j * d;
+    for (int64_t line = 0; line < 2 * d; line += 64) {
+      _mm_prefetch((const char*)kj + AHEAD * 2 * d + line, _MM_HINT_T0);   /* never faults */
+      _mm_prefetch(v + j * dv * 2 + line, _MM_HINT_T0);
+    }
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (int64_t c = 0; c < d; c += 32) {
+      __mmask32 live = d - c >= 32 ? 0xffffffffu : (1u << (d - c)) - 1;
+      __m512bh kc = (__m512bh)_mm512_maskz_loadu_epi16(live, kj + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++)
+        if (r < rows)
+          acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(qa + r * dp + c), kc);
+    }
+    float sums[4];
+    _mm_storeu_ps(sums, sum4(acc));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+      if (r < rows) st[r * BN + j] = sums[r];
+  }
+}
+
+/* The key blocks of a task of at most FEW rows where q, k and v are bfloat16 and the CPU has
+ * AMX (and so AVX512_BF16). */
+static AMX void keys_few_dp(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  int64_t d = p->d, dp = up32(d);
+  pack_q(x->qa, (const uint16_t*)p->q + w->row0 * d, w->rows, d, dp);
+  for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
+    int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+    const uint16_t* k = (const uint16_t*)p->k + w->k_base + j0 * d;
+    const char* v = at(p->v, TILEC_ATTENTION_BF16, w->v_base + j0 * p->dv);
+    for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define SCORES(n) few_scores_dp(x->qa + r0 * dp, dp, k, v, x->st + r0 * BN, n, cols, d, p->dv)
+      FEW_ROWS(SCORES, w->rows - r0)
+#undef SCORES
+    }
+    few_rest_bf16(p, x, w, j0, cols);
+  }
+}
+
+/* The key blocks [first, last) of a task of at most FEW rows; o is rows of dv.  The keys and
+ * values have one element type (else keys_fma). */
+static V4 void keys_few(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  if (p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx()) {
+    keys_few_dp(p, x, w);
+    return;
+  }
+  widen(x->q, at(p->q, p->q_dtype, w->row0 * p->d), p->q_dtype, w->rows * p->d);
+  for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
+    int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+    if (p->k_dtype == TILEC_ATTENTION_F32)
+      few_block(p, x, w, j0, cols, TILEC_ATTENTION_F32);
+    else if (p->k_dtype == TILEC_ATTENTION_BF16)
+      few_block(p, x, w, j0, cols, TILEC_ATTENTION_BF16);
+    else
+      few_block(p, x, w, j0, cols, TILEC_ATTENTION_F16);
+  }
+}
+
+/* Whether a task of ``rows`` rows streams its keys and values (keys_few). */
+static int few_rows(const tilec_attention_problem* p, int64_t rows) {
+  return rows <= FEW && p->k_dtype == p->v_dtype && tilec_cpu_level() >= 4;
+}
+
 /* -- a task --------------------------------------------------------------------------------- */
 
 /* The grid rows [row0, row0 + rows) of row block ``block``, and the last query index (within
@@ -639,7 +838,9 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
   w.end = w.last = w.first + a->keys_per_split < p->t ? w.first + a->keys_per_split : p->t;
   if (p->causal && w.last > last_row + p->diagonal + 1)
     w.last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
-  if (a->amx) {
+  if (few_rows(p, rows)) {
+    keys_few(p, x, &w);
+  } else if (a->amx) {
     keys_amx(p, x, &w);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
       memmove(x->o + r * dv, x->o + r * up32(dv), (size_t)dv * sizeof(float));
