@@ -373,3 +373,21 @@ def test_the_bench_measures_peak_extra_memory():
         pytest.skip("no /proc/self/clear_refs here")
     assert 60 * 2**20 <= grown < 80 * 2**20
     assert peak_extra_bytes(lambda: None) < 8 * 2**20
+
+
+def test_the_bench_rotates_a_decode_beyond_the_cache_and_copies_as_many_bytes(monkeypatch):
+    """A decode reads key/value sets of at least twice the last-level cache (so that they
+    come from memory), a prefill one set; the copy it is compared with runs in the threads
+    asked for."""
+    from tilec.bench import attention as bench
+    monkeypatch.setattr(bench, "last_level_cache", lambda: 3 * 2**20)
+    rng = np.random.default_rng(0)
+    sets = bench.key_value_sets(("decode", 1, 256, False, "bfloat16"), rng)
+    assert len(sets) == 6 and sets[0][0].shape == (1, bench.KV_HEADS, 1, 256, bench.D)
+    assert sum(k.nbytes + v.nbytes for k, v in sets) >= 6 * 2**20
+    assert not np.array_equal(sets[0][0], sets[1][0])
+    assert len(bench.key_value_sets(("decode", 1, 256, False, "bfloat16"), rng, False)) == 1
+    assert len(bench.key_value_sets(("prefill", 64, 64, True, "float32"), rng)) == 1
+    monkeypatch.setenv("TILEC_NUM_THREADS", "3")
+    assert bench.tilec_threads() == 3
+    assert bench.copy_gbps(2**20, 3, 1) > 0

@@ -4,23 +4,27 @@
 
 In: 32 query heads and 8 key/value heads, d = 128, s = t in {512, 1024, 4096} (and 16384 with
 ``--long``), causal and not, float32 and bfloat16; decode: one query row against t in
-{4096, 32768} keys (SDPA without a mask: one query row sees every key).  Out: one markdown
+{4096, 32768} keys (SDPA without a mask: one query row sees every key).  A decode rotates
+through enough key/value sets to hold at least twice the last-level cache, so that its keys
+and values come from memory, not the cache; SDPA reads the same sets.  Out: one markdown
 table: per case the best time of each, tilec's speed-up over SDPA (above 1: tilec faster),
-and for decode the bytes of the keys and values per second against a copy's (``np.copyto``
-between preallocated buffers of the same size, bytes read and written).
+and for decode the bytes of the keys and values read per second against a copy's over as
+many bytes in the same process (``np.copyto`` between preallocated buffers, in as many
+threads as tilec runs; bytes read and written, as STREAM counts them) and its percentage.
 
 With ``--memory``, one more call per case measures tilec's peak extra memory: the growth of
 the process's resident set (its peak, reset through ``/proc/self/clear_refs``) beyond what
 it held with the inputs and the preallocated output in memory.
 
-    tilec bench --ops attention [--long] [--quick] [--memory] [--repeat N] [--threads N]
-                                [-o FILE]
+    tilec bench --ops attention [--long] [--quick] [--only prefill|decode] [--memory]
+                                [--repeat N] [--threads N] [-o FILE]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import platform
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 import ml_dtypes
@@ -28,7 +32,7 @@ import numpy as np
 
 import tilec
 
-from .gemm import best, copy_gbps
+from .gemm import best, last_level_cache
 
 SOURCE = """
 func causal__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
@@ -83,36 +87,73 @@ def peak_extra_bytes(run: Callable[[], Any]) -> Optional[int]:
         return None
 
 
+def tilec_threads() -> int:
+    """The threads tilec's pool runs (as the runtime counts them)."""
+    wanted = os.environ.get("TILEC_NUM_THREADS", "")
+    if wanted.isdigit() and int(wanted) >= 1:
+        return min(int(wanted), 1024)
+    return len(os.sched_getaffinity(0))
+
+
+def copy_gbps(nbytes: int, threads: int, repeat: int) -> float:
+    """Bytes read and written per second by ``threads`` threads copying ``nbytes`` between
+    two preallocated buffers (NumPy releases the GIL while it copies)."""
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.empty_like(a)
+    cuts = np.linspace(0, a.size, threads + 1).astype(int)
+    with ThreadPoolExecutor(threads) as pool:
+        def copy() -> None:
+            list(pool.map(lambda i: np.copyto(b[cuts[i]:cuts[i + 1]], a[cuts[i]:cuts[i + 1]]),
+                          range(threads)))
+        return 2 * a.nbytes / best(copy, repeat) / 1e9
+
+
+def key_value_sets(case: Case, rng: np.random.Generator, rotate: bool = True) -> list:
+    """The (k, v) pairs a case reads: one for prefill; for decode (with ``rotate``) as many
+    as hold at least twice the last-level cache."""
+    kind, s, t, causal, dtype = case
+    count = 1
+    if kind == "decode" and rotate:
+        one = 2 * KV_HEADS * t * D * np.dtype(DTYPES[dtype][0]).itemsize
+        count = max(1, -(-2 * last_level_cache() // one))
+    return [tuple(rng.standard_normal((1, KV_HEADS, 1, t, D), np.float32)
+                  .astype(DTYPES[dtype][0]) for _ in "kv") for _ in range(count)]
+
+
+def as_torch(a: np.ndarray, heads: int) -> Any:
+    """``a`` as a torch tensor [1, heads, n, D] sharing its memory."""
+    import torch
+    if a.dtype == np.float32:
+        return torch.from_numpy(a.reshape(1, heads, -1, D))
+    return torch.from_numpy(a.view(np.int16).reshape(1, heads, -1, D)).view(torch.bfloat16)
+
+
 def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator,
-              memory: bool = False) -> dict:
+              memory: bool = False, rotate: bool = True) -> dict:
     kind, s, t, causal, dtype = case
     np_dtype, short = DTYPES[dtype]
     group = HEADS // KV_HEADS
-    q = rng.standard_normal((1, KV_HEADS, group, s, D)).astype(np_dtype)
-    k = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
-    v = rng.standard_normal((1, KV_HEADS, 1, t, D)).astype(np_dtype)
+    q = rng.standard_normal((1, KV_HEADS, group, s, D), np.float32).astype(np_dtype)
+    sets = key_value_sets(case, rng, rotate)
     fn = getattr(lib, f"{'causal' if causal or kind == 'decode' else 'full'}_{short}")
     out = np.ones(q.shape, np_dtype)     # written: its pages are resident before the call
     row = {}
     if memory:     # the first call: nothing of an earlier one is left to reuse
-        row["extra"] = peak_extra_bytes(lambda: fn(q, k, v, out=out))
-    row["tilec"] = best(lambda: fn(q, k, v, out=out), repeat)
+        row["extra"] = peak_extra_bytes(lambda: fn(q, *sets[0], out=out))
+    row["tilec"] = best(lambda: [fn(q, k, v, out=out) for k, v in sets], repeat) / len(sets)
+    if kind == "decode":
+        kv_bytes = sum(k.nbytes + v.nbytes for k, v in sets)
+        row["gbps"] = kv_bytes / len(sets) / row["tilec"] / 1e9
+        row["copy"] = copy_gbps(kv_bytes, tilec_threads(), repeat)
     try:
-        import torch
         import torch.nn.functional as F
     except ImportError:
         return row
-    as_torch = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-
-    def tensor(a: np.ndarray, heads: int) -> Any:
-        return torch.from_numpy(a.astype(np.float32).reshape(1, heads, -1, D)).to(as_torch)
-    tq, tk, tv = tensor(q, HEADS), tensor(k, KV_HEADS), tensor(v, KV_HEADS)
-    row["sdpa"] = best(lambda: F.scaled_dot_product_attention(
-        tq, tk, tv, is_causal=causal and kind == "prefill", enable_gqa=True), repeat)
-    if kind == "decode":
-        kv_bytes = k.nbytes + v.nbytes
-        row["gbps"] = kv_bytes / row["tilec"] / 1e9
-        row["copy"] = copy_gbps(kv_bytes, repeat)
+    tq = as_torch(q, HEADS)
+    tsets = [(as_torch(k, KV_HEADS), as_torch(v, KV_HEADS)) for k, v in sets]
+    row["sdpa"] = best(lambda: [F.scaled_dot_product_attention(
+        tq, tk, tv, is_causal=causal and kind == "prefill", enable_gqa=True)
+        for tk, tv in tsets], repeat) / len(sets)
     return row
 
 
@@ -133,17 +174,21 @@ def report(rows: list[tuple[Case, dict]]) -> str:
              f"Load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (the machine "
              "is shared: the ratios, measured side by side, count more than the times).", "",
              f"{HEADS} query heads, {KV_HEADS} key/value heads, d = {D}, batch 1.", "",
+             f"A decode rotates through key/value sets of at least twice the last-level cache "
+             f"({last_level_cache() / 2**20:.0f} MiB); its copy runs in {tilec_threads()} "
+             "threads over as many bytes, counting bytes read and written.", "",
              "| case | s | t | causal | dtype | tilec ms | SDPA ms | tilec/SDPA speed-up | "
-             "decode GB/s (copy) | tilec peak extra MiB |",
-             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "decode GB/s (copy GB/s) | decode % of copy | tilec peak extra MiB |",
+             "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (kind, s, t, causal, dtype), row in rows:
         sdpa = row.get("sdpa")
         speed = f"{sdpa / row['tilec']:.2f}x" if sdpa else "-"
         gbps = f"{row['gbps']:.1f} ({row['copy']:.1f})" if "gbps" in row else ""
+        share = f"{100 * row['gbps'] / row['copy']:.0f}%" if "gbps" in row else ""
         extra = f"{row['extra'] / 2**20:.1f}" if row.get("extra") is not None else ""
         lines.append(f"| {kind} | {s} | {t} | {'yes' if causal else 'no'} | {dtype} | "
                      f"{row['tilec'] * 1e3:.1f} | {sdpa * 1e3 if sdpa else 0:.1f} | {speed} | "
-                     f"{gbps} | {extra} |")
+                     f"{gbps} | {share} | {extra} |")
     return "\n".join(lines) + "\n"
 
 
@@ -151,7 +196,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="tilec bench --ops attention",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--long", action="store_true", help="add s = t = 16384")
-    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes, decode not rotated: a smoke test")
+    p.add_argument("--only", choices=("prefill", "decode"), help="only these cases")
     p.add_argument("--memory", action="store_true",
                    help="one more call per case: tilec's peak extra memory")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per case (default 3)")
@@ -171,7 +218,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     for case in cases(args.long, args.quick):
-        rows.append((case, time_case(lib, case, args.repeat, rng, args.memory)))
+        if args.only and case[0] != args.only:
+            continue
+        rows.append((case, time_case(lib, case, args.repeat, rng, args.memory,
+                                     rotate=not args.quick)))
         print(f"  {case}: {rows[-1][1]}", flush=True)
     text = report(rows)
     print(text)
