@@ -28,8 +28,9 @@
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
-/* the packed keys and values a thread keeps for AMX: one key head's up to t = 32768 (d = 128) */
-#define CACHE_BYTES ((int64_t)16 << 20)
+/* AMX: the most bytes of one key head's packed keys and values that all the threads share (t
+ * up to 65536 at d = 128): bounded whatever the number of threads */
+#define SHARED_BYTES ((int64_t)32 << 20)
 
 typedef struct {
   const tilec_attention_problem* p;
@@ -39,6 +40,10 @@ typedef struct {
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
   int amx;        /* bfloat16 q, k, v on AMX tiles (keys_amx) */
   int failed;     /* a thread could not allocate its scratch */
+  /* AMX, where a unit has row blocks enough for every thread: the unit's keys and values,
+   * packed once (pack_unit) for all the threads to read, and the unit's first task */
+  uint32_t *kc, *vc;
+  int64_t task0;
 } Attention;
 
 /* -- conversions ---------------------------------------------------------------------------- */
@@ -146,12 +151,10 @@ static const char* at(const void* base, int dtype, int64_t offset) {
 typedef struct {
   float *q, *qt, *kb, *vb, *st, *sb, *o, *m, *l, *scores;   /* per-thread scratch */
   uint16_t *qa, *pa;   /* AMX's A operands (bfloat16): the queries, the weights */
-  /* AMX: the key and value blocks of one split of one key head, packed when first read and
-   * kept while the thread's tasks read that head (every row block of a unit reads them) */
+  /* AMX: one key and value block packed by this thread, or where shared (not NULL) all of
+   * the unit's blocks, packed by pack_unit */
   uint32_t *kc, *vc;
-  unsigned char* ready;   /* per block of BN keys: packed */
-  int64_t cached[3];      /* k_base, v_base, first key of what kc, vc hold */
-  int64_t blocks;         /* the blocks kc and vc hold: 1 where nothing is kept */
+  const uint32_t *shared_k, *shared_v;
 } Scratch;
 
 /* What a task reads: its grid rows [row0, row0 + rows), their key head's offsets, the keys
@@ -542,27 +545,34 @@ static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
                         (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
 }
 
-/* The packed keys and values of block [j0, j0 + BN) of the split [first, end) of key head
- * (k_base, v_base): packed now unless this thread's cache holds them. */
+/* The packed keys and values of block [j0, j0 + BN) of the task's key head: the unit's
+ * shared ones, or packed now into the thread's block. */
 static void packed_block(const tilec_attention_problem* p, Scratch* x, const Span* w,
-                         int64_t j0, uint32_t** kp, uint32_t** vp) {
+                         int64_t j0, const uint32_t** kp, const uint32_t** vp) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv);
-  int64_t key[3] = {w->k_base, w->v_base, w->first}, block = (j0 - w->first) / BN;
-  if (x->blocks == 1) {    /* a block at a time, repacked */
-    block = 0;
-    x->cached[0] = -1;
+  if (x->shared_k != NULL) {
+    *kp = x->shared_k + j0 / BN * (dp / 2) * BN;
+    *vp = x->shared_v + j0 / BN * (BN / 2) * dvp;
+    return;
   }
-  if (memcmp(key, x->cached, sizeof key) != 0) {
-    memcpy(x->cached, key, sizeof key);
-    memset(x->ready, 0, (size_t)x->blocks);
+  int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+  pack_k(x->kc, (const uint16_t*)p->k + w->k_base + j0 * d, cols, d, dp);
+  pack_v(x->vc, (const uint16_t*)p->v + w->v_base + j0 * dv, cols, dv, dvp);
+  *kp = x->kc;
+  *vp = x->vc;
+}
+
+/* The packed keys and values of all the key blocks of unit ``unit`` into kc and vc. */
+static AMX void pack_unit(const tilec_attention_problem* p, int64_t unit_rows, int64_t unit,
+                          uint32_t* kc, uint32_t* vc) {
+  int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), k_base, v_base;
+  kv_offsets(p, unit * unit_rows / p->s, &k_base, &v_base);
+  for (int64_t j0 = 0; j0 < p->t; j0 += BN) {
+    int64_t cols = p->t - j0 < BN ? p->t - j0 : BN;
+    pack_k(kc + j0 / BN * (dp / 2) * BN, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
+    pack_v(vc + j0 / BN * (BN / 2) * dvp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv,
+           dvp);
   }
-  *kp = x->kc + block * (dp / 2) * BN;
-  *vp = x->vc + block * (BN / 2) * dvp;
-  if (x->ready[block]) return;
-  int64_t cols = w->end - j0 < BN ? w->end - j0 : BN;   /* all of them, whatever this task reads */
-  pack_k(*kp, (const uint16_t*)p->k + w->k_base + j0 * d, cols, d, dp);
-  pack_v(*vp, (const uint16_t*)p->v + w->v_base + j0 * dv, cols, dv, dvp);
-  x->ready[block] = 1;
 }
 
 /* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
@@ -572,7 +582,7 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
   memset(x->pa, 0, BM * BN * sizeof(uint16_t));
   for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
     int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
-    uint32_t *kp, *vp;
+    const uint32_t *kp, *vp;
     packed_block(p, x, w, j0, &kp, &vp);
     scores_amx(x->qa, kp, x->st, BN, rows, cols, dp);
     block_epilogue(p, x->st, x->scores, row0, rows, j0, cols);
@@ -887,20 +897,23 @@ static void combine(const Attention* a, int64_t block, float* o) {
   narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), o, p->out_dtype, rows * dv);
 }
 
-/* Blocks of BN keys in one split (the AMX cache of a thread holds one split's). */
-/* Blocks of BN keys in the AMX cache of a thread: one split's, where several row blocks read
- * them and they fit in CACHE_BYTES; else 1, repacked for every row block. */
-static int64_t split_blocks(const Attention* a) {
-  int64_t blocks = (a->keys_per_split + BN - 1) / BN;
-  int64_t bytes = blocks * BN * (up32(a->p->d) + up32(a->p->dv)) * 2;
-  return a->row_blocks > 1 && bytes <= CACHE_BYTES ? blocks : 1;
+/* The bytes of one unit's packed keys and values: every block of t. */
+static int64_t unit_bytes(const tilec_attention_problem* p) {
+  return (p->t + BN - 1) / BN * BN * (up32(p->d) + up32(p->dv)) * 2;
+}
+
+/* Whether the threads share each unit's packed keys and values: on AMX, where every thread
+ * has row blocks of the unit to compute (else each packs a block at a time). */
+static int shares_units(const Attention* a) {
+  return a->amx && a->splits == 1 && a->p->t > 0 && a->row_blocks >= 2 * tilec_num_threads()
+         && unit_bytes(a->p) <= SHARED_BYTES;
 }
 
 static int64_t scratch_floats(const Attention* a) {
   const tilec_attention_problem* p = a->p;
-  int64_t dp = up32(p->d), dvp = up32(p->dv), blocks = a->amx ? split_blocks(a) : 0;
+  int64_t dp = up32(p->d), dvp = up32(p->dv), slot = a->amx ? dp / 2 * BN + BN / 2 * dvp : 0;
   return 2 * BM * p->d + BN * p->d + BN * p->dv + 3 * BM * BN + BM * dvp + 2 * BM
-         + BM * dp / 2 + BM * BN / 2 + blocks * (dp / 2 * BN + BN / 2 * dvp + 1);
+         + BM * dp / 2 + BM * BN / 2 + slot;
 }
 
 static Scratch carve(const Attention* a, float* f) {
@@ -918,12 +931,11 @@ static Scratch carve(const Attention* a, float* f) {
   x.l = f, f += BM;
   x.qa = (uint16_t*)f, f += BM * up32(p->d) / 2;
   x.pa = (uint16_t*)f, f += BM * BN / 2;
-  int64_t blocks = a->amx ? split_blocks(a) : 0;
-  x.kc = (uint32_t*)f, f += blocks * up32(p->d) / 2 * BN;
-  x.vc = (uint32_t*)f, f += blocks * BN / 2 * up32(p->dv);
-  x.ready = (unsigned char*)f;
-  x.cached[0] = x.cached[1] = x.cached[2] = -1;
-  x.blocks = blocks;
+  int64_t slots = a->amx ? 1 : 0;
+  x.kc = (uint32_t*)f, f += slots * up32(p->d) / 2 * BN;
+  x.vc = (uint32_t*)f;
+  x.shared_k = a->kc;
+  x.shared_v = a->vc;
   return x;
 }
 
@@ -941,7 +953,7 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
   }
   Scratch x = carve(a, f);
   if (a->amx) amx_begin();
-  for (int64_t task = first; task < last; task++) run_task(a, task, &x);
+  for (int64_t task = first; task < last; task++) run_task(a, a->task0 + task, &x);
   if (a->amx) amx_end();
   tilec_free(f);
 }
@@ -959,7 +971,7 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 
 /* The unit, row blocks and decode splits of problem p. */
 static Attention plan(const tilec_attention_problem* p) {
-  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0};
+  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0, NULL, NULL, 0};
   a.amx = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
           && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
@@ -977,6 +989,23 @@ static Attention plan(const tilec_attention_problem* p) {
   return a;
 }
 
+/* The tasks a unit at a time, its keys and values packed first for all the threads. */
+static int by_units(Attention* a, int64_t flops) {
+  const tilec_attention_problem* p = a->p;
+  int64_t units = p->batch / a->share, dp = up32(p->d);
+  a->kc = (uint32_t*)tilec_alloc(unit_bytes(p));
+  if (a->kc == NULL) return TILEC_ERR_NO_MEMORY;
+  a->vc = a->kc + (p->t + BN - 1) / BN * (dp / 2) * BN;
+  for (int64_t unit = 0; unit < units && !a->failed; unit++) {
+    pack_unit(p, a->unit_rows, unit, a->kc, a->vc);
+    a->task0 = unit * a->row_blocks;
+    tilec_parallel_for(a->row_blocks, flops / units, tasks, a);
+  }
+  tilec_free(a->kc);
+  a->kc = a->vc = NULL;
+  return TILEC_OK;
+}
+
 int tilec_attention(const tilec_attention_problem* p) {
   if (p->batch == 0 || p->s == 0 || p->dv == 0) return TILEC_OK;
   Attention a = plan(p);
@@ -987,7 +1016,14 @@ int tilec_attention(const tilec_attention_problem* p) {
       return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for its split results");
   }
   int64_t flops = 4 * p->s * (p->t > 0 ? p->t : 1) * (p->d + p->dv);
-  tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
+  if (shares_units(&a)) {
+    if (by_units(&a, flops) != TILEC_OK)
+      return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for the packed keys "
+                        "and values of a key head (%lld bytes): the output is not written",
+                        (long long)unit_bytes(p));
+  } else {
+    tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
+  }
   if (a.splits > 1 && !a.failed) tilec_parallel_for(blocks, flops, combines, &a);
   tilec_free(a.partial);
   if (a.failed)
