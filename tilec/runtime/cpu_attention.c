@@ -27,6 +27,7 @@
     target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
+#define INLINE static inline __attribute__((always_inline))
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
 /* AMX: the most bytes of one key head's packed keys and values that all the threads share (t
  * up to 65536 at d = 128): bounded whatever the number of threads */
@@ -368,9 +369,27 @@ static __mmask16 lanes(int64_t left) {
   return left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
 }
 
-/* online_softmax on 16 lanes; o's rows ldo apart. */
-static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, float* m, float* l,
-                                 float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv) {
+/* exp16 within about 5e-5 (relative): a degree-4 polynomial, for weights that p v rounds to
+ * bfloat16 (2**-9) anyway. */
+INLINE V4 __m512 exp16_bf16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.7f);
+  __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693147181f), x);
+  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 24), r, _mm512_set1_ps(1.0f / 6));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(live, y, n);
+}
+
+/* online_softmax on 16 lanes; o's rows ldo apart; ``bf16``: the weights only feed a
+ * bfloat16 p v (exp16_bf16). */
+INLINE V4 void online_softmax_16(const float* scores, int64_t t, float* sb, float* m, float* l,
+                                 float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv,
+                                 int bf16) {
   for (int64_t r = 0; r < rows; r++) {
     const float* s = scores + r * t;
     float* w = sb + r * BN;
@@ -388,8 +407,8 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
     __m512 vtop = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < BN; j += 16) {
       __mmask16 live = lanes(cols - j);
-      __m512 e = _mm512_maskz_mov_ps(
-          live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop)));
+      __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop);
+      __m512 e = _mm512_maskz_mov_ps(live, bf16 ? exp16_bf16(x) : exp16(x));
       _mm512_storeu_ps(w + j, e);
       sum = _mm512_add_ps(sum, e);
     }
@@ -401,6 +420,17 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + r * ldo + c),
                                             _mm512_set1_ps(scale)));
   }
+}
+
+static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, float* m, float* l,
+                                 float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv) {
+  online_softmax_16(scores, t, sb, m, l, o, ldo, rows, cols, dv, 0);
+}
+
+static V4 void online_softmax_bf16(const float* scores, int64_t t, float* sb, float* m,
+                                   float* l, float* o, int64_t ldo, int64_t rows, int64_t cols,
+                                   int64_t dv) {
+  online_softmax_16(scores, t, sb, m, l, o, ldo, rows, cols, dv, 1);
 }
 
 /* The kernel's scores function over a block of rows x cols raw scores (rows BN apart), one
@@ -586,7 +616,7 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
     packed_block(p, x, w, j0, &kp, &vp);
     scores_amx(x->qa, kp, x->st, BN, rows, cols, dp);
     block_epilogue(p, x->st, x->scores, row0, rows, j0, cols);
-    online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
+    online_softmax_bf16(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
     to_bf16(x->pa, x->sb, rows);
     values_amx(x->pa, vp, x->o, rows, cols, dvp);
   }
@@ -600,7 +630,6 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
 
 #define FEW 8
 #define AHEAD 16   /* keys ahead that a decode prefetches */
-#define INLINE static inline __attribute__((always_inline))
 
 /* 16 elements of a float32, float16 or bfloat16 row as float32; lanes past live 0. */
 INLINE V4 __m512 load16(const char* src, int dtype, __mmask16 live) {
