@@ -11,7 +11,9 @@
  * for a row with no key, as softmax of all -inf is).  A split writes (o, m, l) to a workspace
  * and a second pass combines the splits of each block in order.
  * Where q, k and v are bfloat16 and the CPU has AMX, both products run on AMX tiles instead
- * (keys_amx); on x86-64-v4 the softmax runs on 16 lanes.
+ * (keys_amx), the keys and values of a key head packed once for all the threads where its
+ * row blocks keep them all busy; on x86-64-v4 the softmax runs on 16 lanes, and a task of at
+ * most FEW rows (a decode) streams its keys and values once instead (keys_few).
  */
 #include "cpu_attention.h"
 

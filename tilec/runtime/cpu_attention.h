@@ -9,10 +9,11 @@
  * masks), applied in place to a block of raw scores.
  * Out: the output, computed per block of query rows and block of keys with an online softmax
  * (running max and sum in float32, the accumulator rescaled), never more than one block of
- * scores per thread (its scratch does not grow with s, and with t only by the packed keys and
- * values of bfloat16 on AMX); key blocks entirely above a causal diagonal are skipped; with
- * few query blocks (decode) the key axis is split across threads and the partial results
- * combined.
+ * scores per thread (its scratch grows with neither s nor t; bfloat16 on AMX adds one key
+ * head's packed keys and values, at most 32 MiB, that all the threads share); key blocks
+ * entirely above a causal diagonal are skipped; with few query blocks (decode) the key axis
+ * is split across threads and the partial results combined, and a block of a few query rows
+ * reads each key and value once, unpacked.
  */
 #ifndef TILEC_CPU_ATTENTION_H
 #define TILEC_CPU_ATTENTION_H
