@@ -12,8 +12,9 @@
  * and a second pass combines the splits of each block in order.
  * Where q, k and v are bfloat16 and the CPU has AMX, both products run on AMX tiles instead
  * (keys_amx), the keys and values of a key head packed once for all the threads where its
- * row blocks keep them all busy; on x86-64-v4 the softmax runs on 16 lanes, and a task of at
- * most FEW rows (a decode) streams its keys and values once instead (keys_few).
+ * row blocks keep them all busy; on x86-64-v4 the softmax runs on 16 lanes.  A task of at
+ * most FEW rows (a decode) streams its keys and values once instead (keys_few, and
+ * keys_few_v3 on x86-64-v3 where d and dv are multiples of 8).
  */
 #include "cpu_attention.h"
 
@@ -817,9 +818,108 @@ static V4 void keys_few(const tilec_attention_problem* p, Scratch* x, const Span
   }
 }
 
+/* x86-64-v3: the same on 8 lanes, for d and dv multiples of 8. */
+
+INLINE V3 __m256 load8(const char* src, int dtype) {
+  if (dtype == TILEC_ATTENTION_F32) return _mm256_loadu_ps((const float*)src);
+  __m128i h = _mm_loadu_si128((const __m128i*)src);
+  if (dtype == TILEC_ATTENTION_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The sums of a[0..3]'s lanes, in lanes 0..3. */
+INLINE V3 __m128 sum4_v3(const __m256* a) {
+  __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+INLINE V3 void few_scores_v3(const float* q, const char* k, const char* v, int dtype,
+                             float* st, int rows, int64_t cols, int64_t d, int64_t dv) {
+  int64_t bytes = element_bytes(dtype);
+  for (int64_t j = 0; j < cols; j++) {
+    const char* kj = k + j * d * bytes;
+    for (int64_t line = 0; line < d * bytes; line += 64) {
+      _mm_prefetch(kj + AHEAD * d * bytes + line, _MM_HINT_T0);   /* never faults */
+      _mm_prefetch(v + j * dv * bytes + line, _MM_HINT_T0);
+    }
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t c = 0; c < d; c += 8) {
+      __m256 kc = load8(kj + c * bytes, dtype);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++)
+        if (r < rows) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + c), kc, acc[r]);
+    }
+    float sums[4];
+    _mm_storeu_ps(sums, sum4_v3(acc));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+      if (r < rows) st[r * BN + j] = sums[r];
+  }
+}
+
+INLINE V3 void few_values_v3(const float* w, const char* v, int dtype, float* o, int rows,
+                             int64_t cols, int64_t dv) {
+  int64_t bytes = element_bytes(dtype);
+  for (int64_t c = 0; c < dv; c += 8) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+      if (r < rows) acc[r][0] = _mm256_loadu_ps(o + r * dv + c), acc[r][1] = _mm256_setzero_ps();
+    const char* vc = v + c * bytes;
+    for (int64_t j = 0; j < cols; j += 2) {   /* w is zero past cols: key cols may be read */
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; u++) {
+        __m256 vj = j + u < cols ? load8(vc + (j + u) * dv * bytes, dtype) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+          if (r < rows)
+            acc[r][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + r * BN + j + u), vj, acc[r][u]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+      if (r < rows) _mm256_storeu_ps(o + r * dv + c, _mm256_add_ps(acc[r][0], acc[r][1]));
+  }
+}
+
+INLINE V3 void few_block_v3(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                            int64_t j0, int64_t cols, int dtype) {
+  const char* k = at(p->k, dtype, w->k_base + j0 * p->d);
+  const char* v = at(p->v, dtype, w->v_base + j0 * p->dv);
+  for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define SCORES(n) \
+  few_scores_v3(x->q + r0 * p->d, k, v, dtype, x->st + r0 * BN, n, cols, p->d, p->dv)
+    FEW_ROWS(SCORES, w->rows - r0)
+#undef SCORES
+  }
+  block_epilogue(p, x->st, x->scores, w->row0, w->rows, j0, cols);
+  online_softmax(x->scores, BN, x->sb, x->m, x->l, x->o, w->rows, cols, p->dv);
+  for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define VALUES(n) few_values_v3(x->sb + r0 * BN, v, dtype, x->o + r0 * p->dv, n, cols, p->dv)
+    FEW_ROWS(VALUES, w->rows - r0)
+#undef VALUES
+  }
+}
+
+static V3 void keys_few_v3(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  widen(x->q, at(p->q, p->q_dtype, w->row0 * p->d), p->q_dtype, w->rows * p->d);
+  for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
+    int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+    if (p->k_dtype == TILEC_ATTENTION_F32)
+      few_block_v3(p, x, w, j0, cols, TILEC_ATTENTION_F32);
+    else if (p->k_dtype == TILEC_ATTENTION_BF16)
+      few_block_v3(p, x, w, j0, cols, TILEC_ATTENTION_BF16);
+    else
+      few_block_v3(p, x, w, j0, cols, TILEC_ATTENTION_F16);
+  }
+}
+
 /* Whether a task of ``rows`` rows streams its keys and values (keys_few). */
 static int few_rows(const tilec_attention_problem* p, int64_t rows) {
-  return rows <= FEW && p->k_dtype == p->v_dtype && tilec_cpu_level() >= 4;
+  int level = tilec_cpu_level();
+  return rows <= FEW && p->k_dtype == p->v_dtype
+         && (level >= 4 || (level == 3 && p->d % 8 == 0 && p->dv % 8 == 0));
 }
 
 /* -- a task --------------------------------------------------------------------------------- */
@@ -880,7 +980,10 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
   if (p->causal && w.last > last_row + p->diagonal + 1)
     w.last = last_row + p->diagonal + 1;   /* later keys are above every row's diagonal */
   if (few_rows(p, rows)) {
-    keys_few(p, x, &w);
+    if (tilec_cpu_level() >= 4)
+      keys_few(p, x, &w);
+    else
+      keys_few_v3(p, x, &w);
   } else if (a->amx) {
     keys_amx(p, x, &w);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
