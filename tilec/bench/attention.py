@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 import ml_dtypes
@@ -32,7 +31,7 @@ import numpy as np
 
 import tilec
 
-from .gemm import best, last_level_cache
+from .gemm import best, copy_gbps, last_level_cache, tilec_threads
 
 SOURCE = """
 func causal__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
@@ -85,27 +84,6 @@ def peak_extra_bytes(run: Callable[[], Any]) -> Optional[int]:
         return (_status_kib("VmHWM") - before) * 1024
     except OSError:
         return None
-
-
-def tilec_threads() -> int:
-    """The threads tilec's pool runs (as the runtime counts them)."""
-    wanted = os.environ.get("TILEC_NUM_THREADS", "")
-    if wanted.isdigit() and int(wanted) >= 1:
-        return min(int(wanted), 1024)
-    return len(os.sched_getaffinity(0))
-
-
-def copy_gbps(nbytes: int, threads: int, repeat: int) -> float:
-    """Bytes read and written per second by ``threads`` threads copying ``nbytes`` between
-    two preallocated buffers (NumPy releases the GIL while it copies)."""
-    a = np.ones(nbytes // 4, np.float32)
-    b = np.empty_like(a)
-    cuts = np.linspace(0, a.size, threads + 1).astype(int)
-    with ThreadPoolExecutor(threads) as pool:
-        def copy() -> None:
-            list(pool.map(lambda i: np.copyto(b[cuts[i]:cuts[i + 1]], a[cuts[i]:cuts[i + 1]]),
-                          range(threads)))
-        return 2 * a.nbytes / best(copy, repeat) / 1e9
 
 
 def key_value_sets(case: Case, rng: np.random.Generator, rotate: bool = True) -> list:

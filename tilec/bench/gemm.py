@@ -6,8 +6,8 @@ in {(4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336)}) in float32, bflo
 float16.  Out: one markdown table: per case the best time of each implementation (outputs
 preallocated for every one, ``out=``), tilec's GFLOP/s and fraction of the machine's peak
 FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) also reports the
-weight's bytes per second against a copy's (``np.copyto`` between preallocated buffers,
-bytes read and written), with ROTATE weights whose working set is at least twice the last
+weight's bytes per second against a copy's (``np.copyto`` between preallocated buffers in
+as many threads as tilec runs, bytes read and written), with ROTATE weights whose working set is at least twice the last
 level cache when the machine holds them (else as many as fit a quarter of its memory).
 
 Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512, 8 for AVX2,
@@ -27,6 +27,7 @@ import argparse
 import os
 import platform
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -206,10 +207,25 @@ def time_fused(lib: Any, peers: Peers, m: int, n: int, k: int, repeat: int,
     return got
 
 
-def copy_gbps(nbytes: int, repeat: int) -> float:
+def tilec_threads() -> int:
+    """The threads tilec's pool runs (as the runtime counts them)."""
+    wanted = os.environ.get("TILEC_NUM_THREADS", "")
+    if wanted.isdigit() and int(wanted) >= 1:
+        return min(int(wanted), 1024)
+    return len(os.sched_getaffinity(0))
+
+
+def copy_gbps(nbytes: int, threads: int, repeat: int) -> float:
+    """Bytes read and written per second by ``threads`` threads copying ``nbytes`` between
+    two preallocated buffers (NumPy releases the GIL while it copies)."""
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
-    return 2 * a.nbytes / best(lambda: np.copyto(b, a), repeat) / 1e9
+    cuts = np.linspace(0, a.size, threads + 1).astype(int)
+    with ThreadPoolExecutor(threads) as pool:
+        def copy() -> None:
+            list(pool.map(lambda i: np.copyto(b[cuts[i]:cuts[i + 1]], a[cuts[i]:cuts[i + 1]]),
+                          range(threads)))
+        return 2 * a.nbytes / best(copy, repeat) / 1e9
 
 
 def ratio(peer: Optional[float], mine: float) -> str:
@@ -236,7 +252,7 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, pe
     lines = [f"# tilec GEMM benchmark, {time.strftime('%Y-%m-%d %H:%M')}", "",
              f"CPU code: {level}; {platform.processor() or platform.machine()}, "
              f"{len(os.sched_getaffinity(0))} CPUs; peak {peak[0]:.0f} GFLOP/s ({peak[1]}); "
-             f"copy {copy:.1f} GB/s (read + write); {amx_line(level)}; load average "
+             f"copy {copy:.1f} GB/s (read + write, in {tilec_threads()} threads); {amx_line(level)}; load average "
              f"{os.getloadavg()[0]:.1f} at the end.  Best of the timed calls, outputs "
              "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
              "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
@@ -283,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     shape = (32, 64, 48) if args.quick else (2048, 4096, 4096)
     fused = None if args.no_fused else (shape, time_fused(lib, peers, *shape, args.repeat, rng))
     lanes = 16 if level == "x86-64-v4" else 8
-    copy = copy_gbps(1 << 20 if args.quick else 256 << 20, args.repeat)
+    copy = copy_gbps(1 << 20 if args.quick else 256 << 20, tilec_threads(), args.repeat)
     text = report(rows, fused, level, peak_gflops(lanes), copy)
     print(text, end="")
     if args.output:
