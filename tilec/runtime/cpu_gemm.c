@@ -844,7 +844,6 @@ typedef struct {
   const char* line0; /* B's element at the chunk's first row and the item's first column */
   int64_t row;       /* bytes from a row of B to the next */
   int64_t rows;      /* rows in the chunk */
-  int64_t ahead;     /* rows whose lines STREAM_ROWS rows on are fetched into L2 (0: none) */
   int dtype;
   const float* a; /* A's element at the group's first row and the chunk's first row of B */
   int64_t k;      /* A's row length */
@@ -860,15 +859,12 @@ static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int 
   const char* line0 = ch->line0;
   const float* a = ch->a;
   float* acc = ch->acc;
-  int64_t row = ch->row, k = ch->k, ld = ch->ld, vbytes = 16 * element_bytes(dtype);
+  int64_t row = ch->row, k = ch->k, ld = ch->ld;
   __m512 c[R][NV];
   for (int i = 0; i < R; i++)
     for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
-    if (r < ch->ahead)
-      for (int u = 0; u < NV * vbytes; u += 64)
-        _mm_prefetch(line + STREAM_ROWS * row + v * vbytes + u, _MM_HINT_T1);
     __m512 bv[NV];
     for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
     for (int i = 0; i < R; i++) {
@@ -886,15 +882,12 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
   const char* line0 = ch->line0;
   const float* a = ch->a;
   float* acc = ch->acc;
-  int64_t row = ch->row, k = ch->k, ld = ch->ld, vbytes = 8 * element_bytes(dtype);
+  int64_t row = ch->row, k = ch->k, ld = ch->ld;
   __m256 c[R][NV];
   for (int i = 0; i < R; i++)
     for (int u = 0; u < NV; u++) c[i][u] = _mm256_loadu_ps(acc + i * ld + 8 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
-    if (r < ch->ahead)
-      for (int u = 0; u < NV * vbytes; u += 64)
-        _mm_prefetch(line + STREAM_ROWS * row + v * vbytes + u, _MM_HINT_T1);
     __m256 bv[NV];
     for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
     for (int i = 0; i < R; i++) {
@@ -991,11 +984,10 @@ static void stream_rows(const Stream* s, int64_t item) {
   int64_t vectors = cols / lanes, m;
   for (int64_t r = k0; r < k1; r += STREAM_ROWS) {
     int64_t rows = k1 - r < STREAM_ROWS ? k1 - r : STREAM_ROWS;
-    int64_t ahead = r + 2 * STREAM_ROWS <= p->k ? rows : 0;
     for (int64_t i0 = 0; i0 < p->m; i0 += m) {
       m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
       Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
-                 rows, ahead, b->dtype, s->a + i0 * p->k + r, p->k, acc + i0 * p->n, p->n};
+                 rows, b->dtype, s->a + i0 * p->k + r, p->k, acc + i0 * p->n, p->n};
       if (v4)
         stream_chunk_v4(&c, m, vectors);
       else
