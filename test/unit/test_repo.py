@@ -23,6 +23,9 @@ def test_ci_runs_the_readme_test_command():
     install_and_test = test_cmd.split("&& ", 1)[1]   # after creating the venv
     ci = (REPO / ".ci" / "run").read_text()
     assert install_and_test in ci
+    # a failure of any step of it fails CI (set -e ignores all but the last of an && list)
+    line = next(ln for ln in ci.splitlines() if install_and_test in ln)
+    assert line.endswith("|| exit 1"), line
 
 
 def test_ops_are_the_shared_examples_verbatim():

@@ -1,4 +1,5 @@
-// RUN: %cc -O2 -fPIC -S -o - %runtime/cpu_gemm.c | FileCheck %s
+// RUN: %cc -O2 -fPIC -S -o - %runtime/cpu_gemm.c | FileCheck %s --check-prefix=V4
+// RUN: %cc -O2 -fPIC -S -o - %runtime/cpu_gemm.c | FileCheck %s --check-prefix=V3
 // RUN: %cc -O2 -fPIC -S -o - %runtime/cpu_gemm.c | FileCheck %s --check-prefix=AMX
 // RUN: %cc -O2 -fPIC -S -o - %runtime/cpu_gemm.c | FileCheck %s --check-prefix=SPLIT
 
@@ -50,21 +51,21 @@
 // SPLIT: .size micro_amx_split_32x32
 
 // x86-64-v4: 14 x 32, 28 zmm accumulators.
-// CHECK-LABEL: micro_14x32:
-// CHECK: vbroadcastss {{.*}}, %zmm
-// CHECK-NOT: %rsp
-// CHECK-COUNT-28: vfmadd231ps %zmm{{[0-9]+}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
-// CHECK-NOT: %rsp
-// CHECK: jne
-// CHECK-NOT: vfmadd
-// CHECK: .size micro_14x32
+// V4-LABEL: micro_14x32:
+// V4: vbroadcastss {{.*}}, %zmm
+// V4-NOT: %rsp
+// V4-COUNT-28: vfmadd231ps %zmm{{[0-9]+}}, %zmm{{[0-9]+}}, %zmm{{[0-9]+}}
+// V4-NOT: %rsp
+// V4: jne
+// V4-NOT: vfmadd
+// V4: .size micro_14x32
 
 // x86-64-v3: 6 x 16, 12 ymm accumulators.
-// CHECK-LABEL: micro_6x16:
-// CHECK: vbroadcastss {{.*}}, %ymm
-// CHECK-NOT: %rsp
-// CHECK-COUNT-12: vfmadd231ps %ymm{{[0-9]+}}, %ymm{{[0-9]+}}, %ymm{{[0-9]+}}
-// CHECK-NOT: %rsp
-// CHECK: jne
-// CHECK-NOT: vfmadd
-// CHECK: .size micro_6x16
+// V3-LABEL: micro_6x16:
+// V3: vbroadcastss {{.*}}, %ymm
+// V3-NOT: %rsp
+// V3-COUNT-12: vfmadd231ps %ymm{{[0-9]+}}, %ymm{{[0-9]+}}, %ymm{{[0-9]+}}
+// V3-NOT: %rsp
+// V3: jne
+// V3-NOT: vfmadd
+// V3: .size micro_6x16
