@@ -326,6 +326,16 @@ static uint16_t bits_at(const tilec_gemm_operand* x, int64_t at) {
   return ((const uint16_t*)x->data)[at];
 }
 
+/* The first n of 32 lanes (none for n <= 0, all for n >= 32). */
+static inline __mmask32 first_lanes(int64_t n) {
+  return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (1u << n) - 1;
+}
+
+/* Lanes of two rows of 32 interleaved into pairs: the first 16 of each (add 16 for the rest). */
+static const uint16_t PAIR_LOW[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46,
+                                      15, 47};
+
 /* A finite x as Micro.split's hi and lo bfloat16. */
 static void split_bits(float x, uint16_t* hi, uint16_t* lo) {
   uint32_t bits;
@@ -364,10 +374,8 @@ static inline V4 void split32(__m512i h, __m512i* hi, __m512i* lo) {
  * interleaved into rows of 32 pairs; zeros past both ends. */
 static V4 void interleave_rows(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
                                int64_t padded, int64_t cols) {
-  static const uint16_t low[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  __m512i lo = _mm512_loadu_si512(low), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  __mmask32 mask = cols >= 32 ? 0xffffffffu : (1u << cols) - 1;
+  __m512i lo = _mm512_loadu_si512(PAIR_LOW), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 mask = first_lanes(cols);
   for (int64_t k = 0; k < padded; k += 2, dst += 64) {
     __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(mask, src + k * ld) : _mm512_setzero_si512();
     __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + (k + 1) * ld)
@@ -381,10 +389,8 @@ static V4 void interleave_rows(uint16_t* dst, const uint16_t* src, int64_t ld, i
  * rows of pairs, then lo's. */
 static V4 void interleave_split(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
                                 int64_t padded, int64_t cols) {
-  static const uint16_t low[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  __m512i lo = _mm512_loadu_si512(low), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  __mmask32 mask = cols >= 32 ? 0xffffffffu : (1u << cols) - 1;
+  __m512i lo = _mm512_loadu_si512(PAIR_LOW), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 mask = first_lanes(cols);
   for (int64_t k = 0; k < padded; k += 2) {
     __m512i r[2][2]; /* [row][hi, lo] */
     for (int t = 0; t < 2; t++)
@@ -406,7 +412,7 @@ static V4 void split_columns(uint16_t* dst, const uint16_t* src, int64_t ld, int
   uint32_t* out = (uint32_t*)dst;
   for (int64_t k = 0; k < padded; k += AMX_K, out += 2 * AMX_K * 16) {
     uint32_t parts[2][32][AMX_K / 2]; /* [hi, lo][column][pair] */
-    __mmask32 mask = kc - k >= AMX_K ? 0xffffffffu : kc <= k ? 0 : (1u << (kc - k)) - 1;
+    __mmask32 mask = first_lanes(kc - k);
     for (int64_t j = 0; j < 32; j++) {
       __m512i hi, lo;
       split32(j < cols ? _mm512_maskz_loadu_epi16(mask, src + j * ld + k)
@@ -560,7 +566,7 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
 static V4 void copy_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t padded,
                          int64_t step) {
   for (int64_t k = 0; k < padded; k += AMX_K, dst += step) {
-    __mmask32 mask = n - k >= AMX_K ? 0xffffffffu : n <= k ? 0 : (1u << (n - k)) - 1;
+    __mmask32 mask = first_lanes(n - k);
     _mm512_storeu_si512(dst, _mm512_maskz_loadu_epi16(mask, src + k));
   }
 }
@@ -570,7 +576,7 @@ static V4 void copy_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t 
 static V4 void split_runs(uint16_t* dst, const uint16_t* src, int64_t n, int64_t padded,
                           int64_t step, int64_t lo_at) {
   for (int64_t k = 0; k < padded; k += AMX_K, dst += step) {
-    __mmask32 mask = n - k >= AMX_K ? 0xffffffffu : n <= k ? 0 : (1u << (n - k)) - 1;
+    __mmask32 mask = first_lanes(n - k);
     __m512i hi, lo;
     split32(_mm512_maskz_loadu_epi16(mask, src + k), &hi, &lo);
     _mm512_storeu_si512(dst, hi);
@@ -803,11 +809,11 @@ static int gemm_packed(const tilec_gemm_problem* p) {
 
 /* -- the small-M problem -------------------------------------------------------------------- */
 
-/* B's rows contiguous (x @ w): items of split_rows rows of B by `width` columns.  Each item
- * streams its rows as they lie in memory, a few rows at a time (so that the prefetchers
- * follow a few long streams, not one per row), against every row of A, into its split's
- * float32 sums; a second pass adds the splits of each column in split order and hands them to
- * the epilogue.  Items and splits depend on the shape alone, so the sums do not change with
+/* B's rows contiguous (x @ w): items of `rows` rows of B (a split) by `width` columns.
+ * Each item streams its rows as they lie in memory, a few rows at a time (so that the
+ * prefetchers follow a few long streams, not one per row), against every row of A, into its
+ * split's float32 sums; a second pass adds the splits of each column in split order and hands
+ * them to the epilogue.  Items and splits depend on the shape alone, so the sums do not change with
  * the number of threads.  B's columns contiguous (x @ transpose(w)): each item owns `width`
  * columns and takes the dot products of each, read once, with every row of A. */
 typedef struct {
