@@ -3,18 +3,20 @@
  * A task is one block of BM query rows of one batch index and one range of key blocks (all of
  * them, or one of the splits of a decode).  It widens its query rows to float32 and transposes
  * them once, then for each block of BN keys: widens the keys and values where they are not
- * float32, computes the block's raw scores with a 4 keys x 16 queries FMA tile, hands them to
- * the kernel's scores function, and folds them into the running max m, sum l and accumulator
- * o of each row:
+ * float32, computes the block's raw scores with an FMA tile (8 keys x 32 queries on
+ * x86-64-v4), and, 16 query rows at a time while they are in L1, transposes them, hands them
+ * to the kernel's scores function and folds them into the running max m, sum l and
+ * accumulator o of each row (softmax_row):
  *     m' = max(m, max_j s_j),  o = o * exp(m - m') + sum_j exp(s_j - m') v_j,  likewise l.
  * A row whose scores so far are all -inf contributes nothing; at the end o / l (0 / 0 = NaN
  * for a row with no key, as softmax of all -inf is).  A split writes (o, m, l) to a workspace
  * and a second pass combines the splits of each block in order.
  * Where q, k and v are bfloat16 and the CPU has AMX, both products run on AMX tiles instead
- * (keys_amx), the keys and values of a key head packed once for all the threads where its
- * row blocks keep them all busy; on x86-64-v4 the softmax runs on 16 lanes.  A task of at
- * most FEW rows (a decode) streams its keys and values once instead (keys_few, and
- * keys_few_v3 on x86-64-v3 where d and dv are multiples of 8).
+ * (keys_amx) over blocks of BNA keys, a row at a time from the scores to the bfloat16
+ * weights, the keys and values of a key head packed once, tile by tile, for all the threads
+ * where its row blocks keep them all busy.  A task of at most FEW rows (a decode) streams its
+ * keys and values once instead (keys_few, and keys_few_v3 on x86-64-v3 where d and dv are
+ * multiples of 8).
  */
 #include "cpu_attention.h"
 
@@ -30,6 +32,8 @@
     target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
+#define BNA 256         /* keys per block on AMX (a multiple of 32): its fixed costs per
+                         * block (o's tiles loaded and stored, a row's reductions) halved */
 #define INLINE static inline __attribute__((always_inline))
 #define MIN_SPLIT_KEYS 512   /* a split of a decode holds at least this many keys */
 /* AMX: the most bytes of one key head's packed keys and values that all the threads share (t
@@ -388,52 +392,57 @@ INLINE V4 __m512 exp16_bf16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, y, n);
 }
 
-/* online_softmax on 16 lanes; o's rows ldo apart; ``bf16``: the weights only feed a
- * bfloat16 p v (exp16_bf16). */
-INLINE V4 void online_softmax_16(const float* scores, int64_t t, float* sb, float* m, float* l,
-                                 float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv,
-                                 int bf16) {
-  for (int64_t r = 0; r < rows; r++) {
-    const float* s = scores + r * t;
-    float* w = sb + r * BN;
-    __m512 most = _mm512_set1_ps(m[r]);
-    for (int64_t j = 0; j < cols; j += 16)
-      most = _mm512_mask_max_ps(most, lanes(cols - j), most,
-                                _mm512_maskz_loadu_ps(lanes(cols - j), s + j));
-    float top = _mm512_reduce_max_ps(most);
-    if (top == -INFINITY) {          /* every score so far masked: nothing to add */
-      memset(w, 0, BN * sizeof(float));
-      continue;
-    }
-    float scale =
-        m[r] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(m[r] - top)));
-    __m512 vtop = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < BN; j += 16) {
-      __mmask16 live = lanes(cols - j);
-      __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), vtop);
-      __m512 e = _mm512_maskz_mov_ps(live, bf16 ? exp16_bf16(x) : exp16(x));
-      _mm512_storeu_ps(w + j, e);
-      sum = _mm512_add_ps(sum, e);
-    }
-    l[r] = l[r] * scale + _mm512_reduce_add_ps(sum);
-    m[r] = top;
-    if (scale != 1.0f)
-      for (int64_t c = 0; c < dv; c += 16)
-        _mm512_mask_storeu_ps(o + r * ldo + c, lanes(dv - c),
-                              _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + r * ldo + c),
-                                            _mm512_set1_ps(scale)));
+/* How softmax_row stores 16 weights at w + j: float32, or (store_bf16, in an AMX function)
+ * rounded to bfloat16 for AMX's p v.  A constant where inlined, so the call disappears. */
+typedef void (*weights_store)(void* w, int64_t j, __m512 e);
+
+INLINE V4 void store_f32(void* w, int64_t j, __m512 e) { _mm512_storeu_ps((float*)w + j, e); }
+
+/* One row's cols scores s into its running max m, sum l and accumulator o (dv columns, scaled
+ * where the max grows), its ``width`` weights (a multiple of 32, zero past cols) into w by
+ * ``store``; exp16_bf16 for the weights of a bfloat16 p v (``bf16``). */
+INLINE V4 void softmax_row(const float* s, int64_t cols, float* m, float* l, float* o,
+                           int64_t dv, void* w, int64_t width, weights_store store, int bf16) {
+  __m512 most = _mm512_set1_ps(*m), most2 = most;
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) {     /* two chains: the max's latency halved */
+    most = _mm512_max_ps(most, _mm512_loadu_ps(s + j));
+    most2 = _mm512_max_ps(most2, _mm512_loadu_ps(s + j + 16));
   }
+  for (; j < cols; j += 16)
+    most = _mm512_mask_max_ps(most, lanes(cols - j), most,
+                              _mm512_maskz_loadu_ps(lanes(cols - j), s + j));
+  float top = _mm512_reduce_max_ps(_mm512_max_ps(most, most2));
+  if (top == -INFINITY) {          /* every score so far masked: nothing to add */
+    for (j = 0; j < width; j += 16) store(w, j, _mm512_setzero_ps());
+    return;
+  }
+  float scale = *m == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp16(_mm512_set1_ps(*m - top)));
+  __m512 vtop = _mm512_set1_ps(top), sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (j = 0; j < width; j += 32)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {     /* two chains for the sum */
+      __mmask16 live = lanes(cols - j - 16 * h);
+      __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j + 16 * h), vtop);
+      __m512 e = _mm512_maskz_mov_ps(live, bf16 ? exp16_bf16(x) : exp16(x));
+      store(w, j + 16 * h, e);
+      sum[h] = _mm512_add_ps(sum[h], e);
+    }
+  *l = *l * scale + _mm512_reduce_add_ps(_mm512_add_ps(sum[0], sum[1]));
+  *m = top;
+  if (scale != 1.0f)
+    for (int64_t c = 0; c < dv; c += 16)
+      _mm512_mask_storeu_ps(o + c, lanes(dv - c),
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + c),
+                                          _mm512_set1_ps(scale)));
 }
 
+/* softmax_row over ``rows`` rows of scores t apart, their weights into sb (rows BN apart), o's
+ * rows ldo apart. */
 static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, float* m, float* l,
                                  float* o, int64_t ldo, int64_t rows, int64_t cols, int64_t dv) {
-  online_softmax_16(scores, t, sb, m, l, o, ldo, rows, cols, dv, 0);
-}
-
-static V4 void online_softmax_bf16(const float* scores, int64_t t, float* sb, float* m,
-                                   float* l, float* o, int64_t ldo, int64_t rows, int64_t cols,
-                                   int64_t dv) {
-  online_softmax_16(scores, t, sb, m, l, o, ldo, rows, cols, dv, 1);
+  for (int64_t r = 0; r < rows; r++)
+    softmax_row(scores + r * t, cols, m + r, l + r, o + r * ldo, dv, sb + r * BN, BN, store_f32, 0);
 }
 
 /* The kernel's scores function over a block of rows x cols raw scores (rows BN apart), one
@@ -471,10 +480,16 @@ static void pack_q(uint16_t* qa, const uint16_t* q, int64_t rows, int64_t d, int
   for (int64_t r = 0; r < rows; r++) memcpy(qa + r * dp, q + r * d, (size_t)d * sizeof(uint16_t));
 }
 
-/* kp[w * BN + j]: pair w of key j (elements 2w, 2w + 1), zero past cols and d: the B
- * operand of q k^T. */
+/* Where element (w, c) of a B operand ``width`` columns wide is packed: tile by tile (16
+ * pairs x 16 columns, 1 KiB), so that a tile loads from one contiguous KiB. */
+static inline int64_t tiled(int64_t w, int64_t c, int64_t width) {
+  return (w / 16 * (width / 16) + c / 16) * 256 + w % 16 * 16 + c % 16;
+}
+
+/* kp, tiled over BNA columns: (w, j) pair w of key j (elements 2w, 2w + 1), zero past cols
+ * and d: the B operand of q k^T. */
 static AMX void pack_k(uint32_t* kp, const uint16_t* k, int64_t cols, int64_t d, int64_t dp) {
-  for (int64_t j0 = 0; j0 < BN; j0 += 16) {
+  for (int64_t j0 = 0; j0 < BNA; j0 += 16) {
     __mmask16 live = lanes(cols - j0);
     int64_t w = 0;
     if (d % 2 == 0 && live != 0) {
@@ -483,45 +498,44 @@ static AMX void pack_k(uint32_t* kp, const uint16_t* k, int64_t cols, int64_t d,
           _mm512_set1_epi32((int)(d / 2)));
       const int* base = (const int*)(k + j0 * d);
       for (; w < d / 2; w++)
-        _mm512_storeu_si512(kp + w * BN + j0, _mm512_mask_i32gather_epi32(
+        _mm512_storeu_si512(kp + tiled(w, j0, BNA), _mm512_mask_i32gather_epi32(
                                                  _mm512_setzero_si512(), live, index, base + w, 4));
     }
     for (; w < dp / 2; w++)
       for (int64_t j = j0; j < j0 + 16; j++) {
         uint32_t lo = j < cols && 2 * w < d ? k[j * d + 2 * w] : 0;
         uint32_t hi = j < cols && 2 * w + 1 < d ? k[j * d + 2 * w + 1] : 0;
-        kp[w * BN + j] = lo | hi << 16;
+        kp[tiled(w, j, BNA)] = lo | hi << 16;
       }
   }
 }
 
-/* vp[w * dvp + c]: column c of values 2w and 2w + 1, zero past cols and dv: the B operand of
- * p v. */
+/* vp, tiled over dvp columns: (w, c) column c of values 2w and 2w + 1, zero past cols and
+ * dv: the B operand of p v. */
 static AMX void pack_v(uint32_t* vp, const uint16_t* v, int64_t cols, int64_t dv, int64_t dvp) {
-  for (int64_t w = 0; w < BN / 2; w++) {
+  for (int64_t w = 0; w < BNA / 2; w++) {
     const uint16_t *a = v + 2 * w * dv, *b = a + dv;
-    uint32_t* out = vp + w * dvp;
     int64_t c = 0;
     if (2 * w + 1 < cols)
       for (; c + 16 <= dv; c += 16) {
         __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(a + c)));
         __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(b + c)));
-        _mm512_storeu_si512(out + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        _mm512_storeu_si512(vp + tiled(w, c, dvp), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
       }
     for (; c < dvp; c++) {
       uint32_t lo = 2 * w < cols && c < dv ? a[c] : 0;
       uint32_t hi = 2 * w + 1 < cols && c < dv ? b[c] : 0;
-      out[c] = lo | hi << 16;
+      vp[tiled(w, c, dvp)] = lo | hi << 16;
     }
   }
 }
 
-/* s[i * ld + j] = q_i . k_j for rows and cols rounded up to 32 (both at most BM, BN). */
+/* s[i * ld + j] = q_i . k_j for rows and cols rounded up to 32 (both at most BM, BNA). */
 static AMX void scores_amx(const uint16_t* qa, const uint32_t* kp, float* s, int64_t ld,
                            int64_t rows, int64_t cols, int64_t dp) {
   int64_t stride = ld * (int64_t)sizeof(float), qstride = dp * (int64_t)sizeof(uint16_t);
-  for (int64_t i0 = 0; i0 < rows; i0 += 32)
-    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+  for (int64_t j0 = 0; j0 < cols; j0 += 32)     /* the keys' tiles reused at once, from L1 */
+    for (int64_t i0 = 0; i0 < rows; i0 += 32) {
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
@@ -529,8 +543,8 @@ static AMX void scores_amx(const uint16_t* qa, const uint32_t* kp, float* s, int
       for (int64_t c = 0; c < dp; c += PAIRS) {
         _tile_loadd(4, qa + i0 * dp + c, qstride);
         _tile_loadd(5, qa + (i0 + 16) * dp + c, qstride);
-        _tile_loadd(6, kp + c / 2 * BN + j0, BN * 4);
-        _tile_loadd(7, kp + c / 2 * BN + j0 + 16, BN * 4);
+        _tile_loadd(6, kp + tiled(c / 2, j0, BNA), 64);
+        _tile_loadd(7, kp + tiled(c / 2, j0 + 16, BNA), 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -543,22 +557,22 @@ static AMX void scores_amx(const uint16_t* qa, const uint32_t* kp, float* s, int
     }
 }
 
-/* o[i * dvp + c] += sum_j pa[i * BN + j] vp(j, c) for rows and cols rounded up to 32. */
+/* o[i * dvp + c] += sum_j pa[i * BNA + j] vp(j, c) for rows and cols rounded up to 32. */
 static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int64_t rows,
                            int64_t cols, int64_t dvp) {
-  int64_t stride = dvp * (int64_t)sizeof(float), vstride = dvp * (int64_t)sizeof(uint32_t);
-  for (int64_t i0 = 0; i0 < rows; i0 += 32)
-    for (int64_t c0 = 0; c0 < dvp; c0 += 32) {
+  int64_t stride = dvp * (int64_t)sizeof(float);
+  for (int64_t c0 = 0; c0 < dvp; c0 += 32)     /* the values' tiles reused at once, from L1 */
+    for (int64_t i0 = 0; i0 < rows; i0 += 32) {
       float* out = o + i0 * dvp + c0;
       _tile_loadd(0, out, stride);
       _tile_loadd(1, out + 16, stride);
       _tile_loadd(2, out + 16 * dvp, stride);
       _tile_loadd(3, out + 16 * dvp + 16, stride);
       for (int64_t j = 0; j < cols; j += PAIRS) {
-        _tile_loadd(4, pa + i0 * BN + j, BN * 2);
-        _tile_loadd(5, pa + (i0 + 16) * BN + j, BN * 2);
-        _tile_loadd(6, vp + j / 2 * dvp + c0, vstride);
-        _tile_loadd(7, vp + j / 2 * dvp + c0 + 16, vstride);
+        _tile_loadd(4, pa + i0 * BNA + j, BNA * 2);
+        _tile_loadd(5, pa + (i0 + 16) * BNA + j, BNA * 2);
+        _tile_loadd(6, vp + tiled(j / 2, c0, dvp), 64);
+        _tile_loadd(7, vp + tiled(j / 2, c0 + 16, dvp), 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -571,24 +585,22 @@ static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int
     }
 }
 
-/* pa = sb rounded to bfloat16, rows of BN. */
-static AMX void to_bf16(uint16_t* pa, const float* sb, int64_t rows) {
-  for (int64_t i = 0; i < rows * BN; i += 16)
-    _mm256_storeu_si256((__m256i*)(pa + i),
-                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sb + i)));
+/* softmax_row's weights rounded to bfloat16 (as vcvtneps2bf16 rounds: to nearest even). */
+INLINE AMX void store_bf16(void* w, int64_t j, __m512 e) {
+  _mm256_storeu_si256((__m256i*)((uint16_t*)w + j), (__m256i)_mm512_cvtneps_pbh(e));
 }
 
-/* The packed keys and values of block [j0, j0 + BN) of the task's key head: the unit's
+/* The packed keys and values of block [j0, j0 + BNA) of the task's key head: the unit's
  * shared ones, or packed now into the thread's block. */
 static void packed_block(const tilec_attention_problem* p, Scratch* x, const Span* w,
                          int64_t j0, const uint32_t** kp, const uint32_t** vp) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv);
   if (x->shared_k != NULL) {
-    *kp = x->shared_k + j0 / BN * (dp / 2) * BN;
-    *vp = x->shared_v + j0 / BN * (BN / 2) * dvp;
+    *kp = x->shared_k + j0 / BNA * (dp / 2) * BNA;
+    *vp = x->shared_v + j0 / BNA * (BNA / 2) * dvp;
     return;
   }
-  int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+  int64_t cols = w->last - j0 < BNA ? w->last - j0 : BNA;
   pack_k(x->kc, (const uint16_t*)p->k + w->k_base + j0 * d, cols, d, dp);
   pack_v(x->vc, (const uint16_t*)p->v + w->v_base + j0 * dv, cols, dv, dvp);
   *kp = x->kc;
@@ -600,10 +612,10 @@ static AMX void pack_unit(const tilec_attention_problem* p, int64_t unit_rows, i
                           uint32_t* kc, uint32_t* vc) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), k_base, v_base;
   kv_offsets(p, unit * unit_rows / p->s, &k_base, &v_base);
-  for (int64_t j0 = 0; j0 < p->t; j0 += BN) {
-    int64_t cols = p->t - j0 < BN ? p->t - j0 : BN;
-    pack_k(kc + j0 / BN * (dp / 2) * BN, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
-    pack_v(vc + j0 / BN * (BN / 2) * dvp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv,
+  for (int64_t j0 = 0; j0 < p->t; j0 += BNA) {
+    int64_t cols = p->t - j0 < BNA ? p->t - j0 : BNA;
+    pack_k(kc + j0 / BNA * (dp / 2) * BNA, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
+    pack_v(vc + j0 / BNA * (BNA / 2) * dvp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv,
            dvp);
   }
 }
@@ -612,15 +624,17 @@ static AMX void pack_unit(const tilec_attention_problem* p, int64_t unit_rows, i
 static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Span* w) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), row0 = w->row0, rows = w->rows;
   pack_q(x->qa, (const uint16_t*)p->q + row0 * d, rows, d, dp);
-  memset(x->pa, 0, BM * BN * sizeof(uint16_t));
-  for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
-    int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
+  memset(x->pa, 0, BM * BNA * sizeof(uint16_t));
+  for (int64_t j0 = w->first; j0 < w->last; j0 += BNA) {
+    int64_t cols = w->last - j0 < BNA ? w->last - j0 : BNA;
     const uint32_t *kp, *vp;
     packed_block(p, x, w, j0, &kp, &vp);
-    scores_amx(x->qa, kp, x->st, BN, rows, cols, dp);
-    block_epilogue(p, x->st, x->scores, row0, rows, j0, cols);
-    online_softmax_bf16(x->scores, BN, x->sb, x->m, x->l, x->o, dvp, rows, cols, dv);
-    to_bf16(x->pa, x->sb, rows);
+    scores_amx(x->qa, kp, x->st, BNA, rows, cols, dp);
+    for (int64_t r = 0; r < rows; r++) {  /* a row at a time: it stays in L1 between steps */
+      p->scores(p->ctx, x->st + r * BNA, x->scores, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
+      softmax_row(x->scores, cols, x->m + r, x->l + r, x->o + r * dvp, dv, x->pa + r * BNA,
+                  BNA, store_bf16, 1);
+    }
     values_amx(x->pa, vp, x->o, rows, cols, dvp);
   }
 }
@@ -934,6 +948,53 @@ static void locate(const Attention* a, int64_t block, int64_t* row0, int64_t* ro
   *last_row = first % s + *rows <= s ? first % s + *rows - 1 : s - 1;
 }
 
+/* out[i * ldo + j] = in[j * ldi + i] for i, j < 16: 16 loads, 64 shuffles, 16 stores. */
+static V4 void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(in + i * ldi);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {     /* rows i, i + 1 interleaved a float at a time */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4)       /* then two floats: lane L of r[i + k] holds column */
+#pragma GCC unroll 2                     /* 4L + k of rows i .. i + 3 */
+    for (int h = 0; h < 2; h++) {
+      __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
+      r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) {         /* then 128-bit lanes: column 4L + k of all the rows */
+    __m512 u0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44);
+    __m512 u1 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
+    __m512 u2 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44);
+    __m512 u3 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
+    _mm512_storeu_ps(out + k * ldo, _mm512_shuffle_f32x4(u0, u2, 0x88));
+    _mm512_storeu_ps(out + (4 + k) * ldo, _mm512_shuffle_f32x4(u0, u2, 0xdd));
+    _mm512_storeu_ps(out + (8 + k) * ldo, _mm512_shuffle_f32x4(u1, u3, 0x88));
+    _mm512_storeu_ps(out + (12 + k) * ldo, _mm512_shuffle_f32x4(u1, u3, 0xdd));
+  }
+}
+
+/* x86-64-v4: the block's raw scores st (keys x queries, from block_scores_v4) to weights in
+ * sb (queries x keys), 16 rows at a time: transposed, through the kernel's scores function
+ * and softmax_row while they are in L1. */
+static V4 void block_weights_v4(const tilec_attention_problem* p, Scratch* x, int64_t row0,
+                                int64_t rows, int64_t j0, int64_t cols) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    for (int64_t j = 0; j < cols; j += 16)      /* st's rows past cols: stale, never read */
+      transpose16(x->st + j * BM + r0, BM, x->sb + r0 * BN + j, BN);
+    for (int64_t r = r0; r < rows && r < r0 + 16; r++) {
+      p->scores(p->ctx, x->sb + r * BN, x->scores, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
+      softmax_row(x->scores, cols, x->m + r, x->l + r, x->o + r * p->dv, p->dv, x->sb + r * BN,
+                  BN, store_f32, 0);
+    }
+  }
+}
+
 /* The key blocks [first, last) of the task's rows on float32 FMA tiles; o is rows of dv. */
 static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w) {
   int64_t row0 = w->row0, rows = w->rows, k_base = w->k_base, v_base = w->v_base;
@@ -950,17 +1011,16 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
       widen(x->kb, kb, p->k_dtype, cols * p->d), kb = x->kb;
     if (p->v_dtype != TILEC_ATTENTION_F32)
       widen(x->vb, vb, p->v_dtype, cols * p->dv), vb = x->vb;
-    if (v4)
+    if (v4) {
       block_scores_v4(x->qt, kb, x->st, cols, p->d, (rows + 31) / 32 * 32);
-    else
+      block_weights_v4(p, x, row0, rows, j0, cols);
+    } else {
       block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < cols; j++) x->sb[r * BN + j] = x->st[j * BM + r];
-    block_epilogue(p, x->sb, x->scores, row0, rows, j0, cols);
-    if (v4)
-      online_softmax_v4(x->scores, BN, x->sb, x->m, x->l, x->o, p->dv, rows, cols, p->dv);
-    else
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) x->sb[r * BN + j] = x->st[j * BM + r];
+      block_epilogue(p, x->sb, x->scores, row0, rows, j0, cols);
       online_softmax(x->scores, BN, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
+    }
     block_values(x->sb, vb, x->o, rows, cols, p->dv,
                  v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
   }
@@ -1033,7 +1093,7 @@ static void combine(const Attention* a, int64_t block, float* o) {
 
 /* The bytes of one unit's packed keys and values: every block of t. */
 static int64_t unit_bytes(const tilec_attention_problem* p) {
-  return (p->t + BN - 1) / BN * BN * (up32(p->d) + up32(p->dv)) * 2;
+  return (p->t + BNA - 1) / BNA * BNA * (up32(p->d) + up32(p->dv)) * 2;
 }
 
 /* Whether the threads share each unit's packed keys and values: on AMX, where every thread
@@ -1045,9 +1105,9 @@ static int shares_units(const Attention* a) {
 
 static int64_t scratch_floats(const Attention* a) {
   const tilec_attention_problem* p = a->p;
-  int64_t dp = up32(p->d), dvp = up32(p->dv), slot = a->amx ? dp / 2 * BN + BN / 2 * dvp : 0;
-  return 2 * BM * p->d + BN * p->d + BN * p->dv + 3 * BM * BN + BM * dvp + 2 * BM
-         + BM * dp / 2 + BM * BN / 2 + slot;
+  int64_t dp = up32(p->d), dvp = up32(p->dv), slot = a->amx ? dp / 2 * BNA + BNA / 2 * dvp : 0;
+  return 2 * BM * p->d + BN * p->d + BN * p->dv + BM * BNA + 2 * BM * BN + BM * dvp + 2 * BM
+         + BM * dp / 2 + BM * BNA / 2 + slot;
 }
 
 static Scratch carve(const Attention* a, float* f) {
@@ -1057,16 +1117,16 @@ static Scratch carve(const Attention* a, float* f) {
   x.qt = f, f += BM * p->d;
   x.kb = f, f += BN * p->d;
   x.vb = f, f += BN * p->dv;
-  x.st = f, f += BM * BN;
+  x.st = f, f += BM * BNA;   /* BM * BN for keys_fma */
   x.sb = f, f += BM * BN;
   x.scores = f, f += BM * BN;
   x.o = f, f += BM * up32(p->dv);
   x.m = f, f += BM;
   x.l = f, f += BM;
   x.qa = (uint16_t*)f, f += BM * up32(p->d) / 2;
-  x.pa = (uint16_t*)f, f += BM * BN / 2;
+  x.pa = (uint16_t*)f, f += BM * BNA / 2;
   int64_t slots = a->amx ? 1 : 0;
-  x.kc = (uint32_t*)f, f += slots * up32(p->d) / 2 * BN;
+  x.kc = (uint32_t*)f, f += slots * up32(p->d) / 2 * BNA;
   x.vc = (uint32_t*)f;
   x.shared_k = a->kc;
   x.shared_v = a->vc;
@@ -1086,6 +1146,7 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
     return;
   }
   Scratch x = carve(a, f);
+  memset(x.st, 0, BM * BNA * sizeof(float));   /* transpose16 reads it whole */
   if (a->amx) amx_begin();
   for (int64_t task = first; task < last; task++) run_task(a, a->task0 + task, &x);
   if (a->amx) amx_end();
@@ -1129,7 +1190,7 @@ static int by_units(Attention* a, int64_t flops) {
   int64_t units = p->batch / a->share, dp = up32(p->d);
   a->kc = (uint32_t*)tilec_alloc(unit_bytes(p));
   if (a->kc == NULL) return TILEC_ERR_NO_MEMORY;
-  a->vc = a->kc + (p->t + BN - 1) / BN * (dp / 2) * BN;
+  a->vc = a->kc + (p->t + BNA - 1) / BNA * (dp / 2) * BNA;
   for (int64_t unit = 0; unit < units && !a->failed; unit++) {
     pack_unit(p, a->unit_rows, unit, a->kc, a->vc);
     a->task0 = unit * a->row_blocks;
