@@ -1001,8 +1001,15 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
   int64_t first = w->first, last = w->last;
   int v4 = tilec_cpu_level() >= 4;
   widen(x->q, at(p->q, p->q_dtype, row0 * p->d), p->q_dtype, rows * p->d);
-  for (int64_t c = 0; c < p->d; c++)
-    for (int64_t i = 0; i < BM; i++) x->qt[c * BM + i] = i < rows ? x->q[i * p->d + c] : 0.0f;
+  if (v4 && p->d % 16 == 0) {
+    memset(x->q + rows * p->d, 0, (size_t)((BM - rows) * p->d) * sizeof(float));
+    for (int64_t i = 0; i < BM; i += 16)
+      for (int64_t c = 0; c < p->d; c += 16)
+        transpose16(x->q + i * p->d + c, p->d, x->qt + c * BM + i, BM);
+  } else {
+    for (int64_t c = 0; c < p->d; c++)
+      for (int64_t i = 0; i < BM; i++) x->qt[c * BM + i] = i < rows ? x->q[i * p->d + c] : 0.0f;
+  }
   for (int64_t j0 = first; j0 < last; j0 += BN) {
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     const float* kb = (const float*)at(p->k, p->k_dtype, k_base + j0 * p->d);
@@ -1023,6 +1030,17 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
     }
     block_values(x->sb, vb, x->o, rows, cols, p->dv,
                  v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
+  }
+}
+
+/* o[r] /= l[r] for rows of dv (0 keys: 0 * inf = NaN, as 0 / 0). */
+static V4 void normalise_v4(float* o, const float* l, int64_t rows, int64_t dv) {
+  for (int64_t r = 0; r < rows; r++) {
+    __m512 inverse = _mm512_set1_ps(1.0f / l[r]);
+    for (int64_t c = 0; c < dv; c += 16)
+      _mm512_mask_storeu_ps(o + r * dv + c, lanes(dv - c),
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), o + r * dv + c),
+                                          inverse));
   }
 }
 
@@ -1058,10 +1076,13 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
     memcpy(out + BM * dv + BM, x->l, (size_t)rows * sizeof(float));
     return;
   }
-  for (int64_t r = 0; r < rows; r++) {
-    float inverse = 1.0f / x->l[r];    /* 0 keys: 0 * inf = NaN, as 0 / 0 */
-    for (int64_t c = 0; c < dv; c++) x->o[r * dv + c] *= inverse;
-  }
+  if (tilec_cpu_level() >= 4)
+    normalise_v4(x->o, x->l, rows, dv);
+  else
+    for (int64_t r = 0; r < rows; r++) {
+      float inverse = 1.0f / x->l[r];    /* 0 keys: 0 * inf = NaN, as 0 / 0 */
+      for (int64_t c = 0; c < dv; c++) x->o[r * dv + c] *= inverse;
+    }
   narrow((char*)p->out + row0 * dv * element_bytes(p->out_dtype), x->o, p->out_dtype,
          rows * dv);
 }
