@@ -107,6 +107,15 @@ def test_bfloat16_head_sizes_off_the_tiles(lib, s, t, d):
     agrees(lib, "causal_gqa", q, k, v)
 
 
+def test_key_heads_packed_a_batch_at_a_time(lib):
+    """bfloat16 on AMX packs the keys and values of as many key heads at once as 8 MiB holds:
+    at t = 8200 and d = 128 one (4.1 MiB each), so the second key head is packed and read in
+    a batch of its own; 512 rows a key head keep up to 4 threads on the shared packing."""
+    q = rand((1, 2, 1, 512, 128), BF16)
+    k, v = rand((1, 2, 1, 8200, 128), BF16), rand((1, 2, 1, 8200, 128), BF16)
+    agrees(lib, "causal_gqa", q, k, v)
+
+
 @pytest.mark.parametrize("s,t,d", [(1, 1, 64), (17, 255, 128), (255, 17, 64), (1000, 1000, 64),
                                    (17, 1000, 128), (127, 255, 72)])
 def test_plain_float32(lib, s, t, d):

@@ -39,6 +39,9 @@
 /* AMX: the most bytes of one key head's packed keys and values that all the threads share (t
  * up to 65536 at d = 128): bounded whatever the number of threads */
 #define SHARED_BYTES ((int64_t)32 << 20)
+/* AMX: the units packed at once where one takes less (t up to 16384 at d = 128): fewer
+ * launches for short sequences, memory still bounded */
+#define BATCH_BYTES ((int64_t)8 << 20)
 
 typedef struct {
   const tilec_attention_problem* p;
@@ -48,10 +51,11 @@ typedef struct {
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
   int amx;        /* bfloat16 q, k, v on AMX tiles (keys_amx) */
   int failed;     /* a thread could not allocate its scratch */
-  /* AMX, where a unit has row blocks enough for every thread: the unit's keys and values,
-   * packed once (pack_unit) for all the threads to read, and the unit's first task */
-  uint32_t *kc, *vc;
-  int64_t task0;
+  /* AMX, where a unit has row blocks enough for every thread: the keys and values of units
+   * [unit0, unit0 + units packed at once), packed once (pack_items) for all the threads to
+   * read, unit_words apart, and the first task of unit0 */
+  uint32_t* packed;
+  int64_t unit0, task0;
 } Attention;
 
 /* -- conversions ---------------------------------------------------------------------------- */
@@ -160,7 +164,7 @@ typedef struct {
   float *q, *qt, *kb, *vb, *st, *sb, *o, *m, *l, *scores;   /* per-thread scratch */
   uint16_t *qa, *pa;   /* AMX's A operands (bfloat16): the queries, the weights */
   /* AMX: one key and value block packed by this thread, or where shared (not NULL) all of
-   * the unit's blocks, packed by pack_unit */
+   * the task's unit's blocks, packed by pack_items */
   uint32_t *kc, *vc;
   const uint32_t *shared_k, *shared_v;
 } Scratch;
@@ -607,14 +611,27 @@ static void packed_block(const tilec_attention_problem* p, Scratch* x, const Spa
   *vp = x->vc;
 }
 
-/* The packed keys and values of all the key blocks of unit ``unit`` into kc and vc. */
-static AMX void pack_unit(const tilec_attention_problem* p, int64_t unit_rows, int64_t unit,
-                          uint32_t* kc, uint32_t* vc) {
-  int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), k_base, v_base;
-  kv_offsets(p, unit * unit_rows / p->s, &k_base, &v_base);
-  for (int64_t j0 = 0; j0 < p->t; j0 += BNA) {
+/* The key blocks of one unit, and the 32-bit words of their packed keys and values. */
+static int64_t key_blocks(const tilec_attention_problem* p) { return (p->t + BNA - 1) / BNA; }
+
+static int64_t unit_words(const tilec_attention_problem* p) {
+  return key_blocks(p) * BNA * (up32(p->d) + up32(p->dv)) / 2;
+}
+
+/* Packing items [first, last) of the units packed at once: key block item % key_blocks of
+ * unit unit0 + item / key_blocks, its keys then its values. */
+static AMX void pack_items(void* ctx, int64_t first, int64_t last) {
+  const Attention* a = (const Attention*)ctx;
+  const tilec_attention_problem* p = a->p;
+  int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), blocks = key_blocks(p);
+  for (int64_t item = first; item < last; item++) {
+    int64_t unit = item / blocks, j0 = item % blocks * BNA, k_base, v_base;
     int64_t cols = p->t - j0 < BNA ? p->t - j0 : BNA;
-    pack_k(kc + j0 / BNA * (dp / 2) * BNA, (const uint16_t*)p->k + k_base + j0 * d, cols, d, dp);
+    uint32_t* kc = a->packed + unit * unit_words(p);
+    uint32_t* vc = kc + blocks * (dp / 2) * BNA;
+    kv_offsets(p, (a->unit0 + unit) * a->unit_rows / p->s, &k_base, &v_base);
+    pack_k(kc + j0 / BNA * (dp / 2) * BNA, (const uint16_t*)p->k + k_base + j0 * d, cols, d,
+           dp);
     pack_v(vc + j0 / BNA * (BNA / 2) * dvp, (const uint16_t*)p->v + v_base + j0 * dv, cols, dv,
            dvp);
   }
@@ -1063,6 +1080,10 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
     else
       keys_few_v3(p, x, &w);
   } else if (a->amx) {
+    if (a->packed != NULL) {
+      x->shared_k = a->packed + (block / a->row_blocks - a->unit0) * unit_words(p);
+      x->shared_v = x->shared_k + key_blocks(p) * (up32(p->d) / 2) * BNA;
+    }
     keys_amx(p, x, &w);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
       memmove(x->o + r * dv, x->o + r * up32(dv), (size_t)dv * sizeof(float));
@@ -1113,9 +1134,7 @@ static void combine(const Attention* a, int64_t block, float* o) {
 }
 
 /* The bytes of one unit's packed keys and values: every block of t. */
-static int64_t unit_bytes(const tilec_attention_problem* p) {
-  return (p->t + BNA - 1) / BNA * BNA * (up32(p->d) + up32(p->dv)) * 2;
-}
+static int64_t unit_bytes(const tilec_attention_problem* p) { return unit_words(p) * 4; }
 
 /* Whether the threads share each unit's packed keys and values: on AMX, where every thread
  * has row blocks of the unit to compute (else each packs a block at a time). */
@@ -1149,8 +1168,7 @@ static Scratch carve(const Attention* a, float* f) {
   int64_t slots = a->amx ? 1 : 0;
   x.kc = (uint32_t*)f, f += slots * up32(p->d) / 2 * BNA;
   x.vc = (uint32_t*)f;
-  x.shared_k = a->kc;
-  x.shared_v = a->vc;
+  x.shared_k = x.shared_v = NULL;    /* run_task points them at the task's unit */
   return x;
 }
 
@@ -1187,7 +1205,7 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 
 /* The unit, row blocks and decode splits of problem p. */
 static Attention plan(const tilec_attention_problem* p) {
-  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0, NULL, NULL, 0};
+  Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0, NULL, 0, 0};
   a.amx = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
           && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
@@ -1205,20 +1223,25 @@ static Attention plan(const tilec_attention_problem* p) {
   return a;
 }
 
-/* The tasks a unit at a time, its keys and values packed first for all the threads. */
+/* The tasks a few units at a time (as many as BATCH_BYTES hold, at least one), their keys
+ * and values packed first by all the threads for all the threads. */
 static int by_units(Attention* a, int64_t flops) {
   const tilec_attention_problem* p = a->p;
-  int64_t units = p->batch / a->share, dp = up32(p->d);
-  a->kc = (uint32_t*)tilec_alloc(unit_bytes(p));
-  if (a->kc == NULL) return TILEC_ERR_NO_MEMORY;
-  a->vc = a->kc + (p->t + BNA - 1) / BNA * (dp / 2) * BNA;
-  for (int64_t unit = 0; unit < units && !a->failed; unit++) {
-    pack_unit(p, a->unit_rows, unit, a->kc, a->vc);
-    a->task0 = unit * a->row_blocks;
-    tilec_parallel_for(a->row_blocks, flops / units, tasks, a);
+  int64_t units = p->batch / a->share, bytes = unit_bytes(p), batch = BATCH_BYTES / bytes;
+  batch = batch < 1 ? 1 : batch > units ? units : batch;
+  a->packed = (uint32_t*)tilec_alloc(batch * bytes);
+  if (a->packed == NULL)
+    return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for the packed keys and "
+                      "values of %lld key heads (%lld bytes): the output is not written",
+                      (long long)batch, (long long)(batch * bytes));
+  for (a->unit0 = 0; a->unit0 < units && !a->failed; a->unit0 += batch) {
+    int64_t n = units - a->unit0 < batch ? units - a->unit0 : batch;
+    tilec_parallel_for(n * key_blocks(p), n * bytes, pack_items, a);
+    a->task0 = a->unit0 * a->row_blocks;
+    tilec_parallel_for(n * a->row_blocks, flops / units * n, tasks, a);
   }
-  tilec_free(a->kc);
-  a->kc = a->vc = NULL;
+  tilec_free(a->packed);
+  a->packed = NULL;
   return TILEC_OK;
 }
 
@@ -1233,10 +1256,7 @@ int tilec_attention(const tilec_attention_problem* p) {
   }
   int64_t flops = 4 * p->s * (p->t > 0 ? p->t : 1) * (p->d + p->dv);
   if (shares_units(&a)) {
-    if (by_units(&a, flops) != TILEC_OK)
-      return tilec_fail(TILEC_ERR_NO_MEMORY, "attention: out of memory for the packed keys "
-                        "and values of a key head (%lld bytes): the output is not written",
-                        (long long)unit_bytes(p));
+    if (by_units(&a, flops) != TILEC_OK) return TILEC_ERR_NO_MEMORY;
   } else {
     tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
   }
