@@ -174,11 +174,14 @@ def test_the_reshapes_around_attention_launch_nothing():
 
 def test_decode_splits_the_keys_across_threads(lib):
     """One query row of one head against 4000 keys: the key axis is split (the problem has
-    one block of rows); the combined result matches the reference."""
+    one block of rows, or two); the combined result matches the reference."""
     q, k, v = rand((1, 1, 1, 1, 128), BF16), rand((1, 1, 1, 4000, 128), BF16), \
         rand((1, 1, 1, 4000, 128), BF16)
     agrees(lib, "causal_gqa", q, k, v)
     agrees(lib, "plain", rand((1, 1, 128)), rand((1, 4000, 128)), rand((1, 4000, 128)))
+    # causal, two row blocks: run heaviest first, each split's result kept under its block
+    q = rand((1, 1, 1, 128, 128), BF16)
+    agrees(lib, "causal_gqa", q, rand((1, 1, 1, 4000, 128), BF16), rand((1, 1, 1, 4000, 128), BF16))
 
 
 DECODE = "\n".join(f"""

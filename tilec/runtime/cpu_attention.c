@@ -1061,9 +1061,20 @@ static V4 void normalise_v4(float* o, const float* l, int64_t rows, int64_t dv) 
   }
 }
 
+/* The row block of a unit's i-th task.  Causal: heaviest first (the last blocks of every
+ * query head's s rows, then the ones before), so that threads taking chunks of tasks in order
+ * finish together instead of one of them left with the last head's heavy half; in order
+ * where s is not a multiple of BM. */
+static int64_t ordered(const Attention* a, int64_t block) {
+  const tilec_attention_problem* p = a->p;
+  if (!p->causal || p->s % BM != 0) return block;
+  int64_t per_head = p->s / BM, heads = a->unit_rows / p->s, i = block % a->row_blocks;
+  return block - i + i % heads * per_head + per_head - 1 - i / heads;
+}
+
 static void run_task(const Attention* a, int64_t task, Scratch* x) {
   const tilec_attention_problem* p = a->p;
-  int64_t split = task % a->splits, block = task / a->splits, last_row, dv = p->dv;
+  int64_t split = task % a->splits, block = ordered(a, task / a->splits), last_row, dv = p->dv;
   Span w;
   locate(a, block, &w.row0, &w.rows, &last_row);
   int64_t row0 = w.row0, rows = w.rows;
@@ -1091,7 +1102,7 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
     keys_fma(p, x, &w);
   }
   if (a->splits > 1) {
-    float* out = a->partial + task * BM * (dv + 2);
+    float* out = a->partial + (block * a->splits + split) * BM * (dv + 2);
     memcpy(out, x->o, (size_t)(rows * dv) * sizeof(float));
     memcpy(out + BM * dv, x->m, (size_t)rows * sizeof(float));
     memcpy(out + BM * dv + BM, x->l, (size_t)rows * sizeof(float));
