@@ -311,6 +311,7 @@ typedef struct {
   int64_t slice, slices;          /* columns per item, items per row block */
   float* bp;                      /* B's block, packed */
   float* acc;                     /* m x nc accumulators */
+  uint64_t call;                  /* this call's number (gemm_packed) */
   int failed;
 } Gemm;
 
@@ -704,6 +705,24 @@ static void prefetch_panel(const Gemm* g, int64_t j, int64_t tile, int64_t tiles
     _mm_prefetch(panel + 64 * line, _MM_HINT_T1);
 }
 
+/* What a thread's packed A holds: a call's rows [i0, i0 + mc) of a batch and pass, K block
+ * pc.  Items are row blocks by column slices; a thread given the next slice of the row block
+ * it just computed (one thread always, two often) reuses the panels instead of packing them
+ * again. */
+typedef struct {
+  uint64_t call;
+  int64_t batch, m0, i0, pc;
+  const float* at;
+} PackedA;
+
+static __thread PackedA packed_a_holds;
+static uint64_t gemm_calls;
+
+static int holds(const PackedA* x, const PackedA* y) {
+  return x->call == y->call && x->batch == y->batch && x->m0 == y->m0 && x->i0 == y->i0
+         && x->pc == y->pc && x->at == y->at;
+}
+
 static void compute_items(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   int mr = g->u.mr, nr = g->u.nr;
@@ -717,7 +736,11 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
     int64_t i0 = item / g->slices * g->mc, s0 = item % g->slices * g->slice;
     int64_t rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
     int64_t s1 = s0 + g->slice < g->nc_now ? s0 + g->slice : g->nc_now;
-    pack_a(g, ap, i0, rows);
+    PackedA want = {g->call, g->batch, g->m0, i0, g->pc, ap};
+    if (!holds(&want, &packed_a_holds)) {
+      pack_a(g, ap, i0, rows);
+      packed_a_holds = want;
+    }
     for (int64_t j = s0; j < s1; j += nr)
       for (int64_t i = 0; i < rows; i += mr) {
         if (j + nr < s1) prefetch_panel(g, j + nr, i / mr, (rows + mr - 1) / mr);
@@ -779,7 +802,8 @@ static int gemm_batch(Gemm* g) {
 #define ROWS_PER_PASS 2048
 
 static int gemm_packed(const tilec_gemm_problem* p) {
-  Gemm g = {.p = p, .u = micro_for(p), .rows = p->m};
+  Gemm g = {.p = p, .u = micro_for(p), .rows = p->m,
+            .call = __atomic_add_fetch(&gemm_calls, 1, __ATOMIC_RELAXED)};
   int64_t batches = p->batch;
   if (p->b.batch == 0 && p->a.batch == p->m * p->a.row) { /* one problem of batch * m rows */
     g.rows = p->m * p->batch;
