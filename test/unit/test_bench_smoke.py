@@ -102,3 +102,22 @@ def test_gemm_bench_runs_the_shapes_and_dtypes_it_is_given(tmp_path):
                          env=env, timeout=300)
     assert bad.returncode == 2 and "shape '8x16' is not MxNxK" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_warm_up_outlasts_a_peers_spinning_threads():
+    """A peer's idle threads spin for milliseconds after its last call (GNU OpenMP's under
+    torch, OpenBLAS's) and take a core from whatever runs next: on 2 cores tilec's 2048^3
+    matmul timed right after torch's took 84 ms, after itself 78.  ``best`` warms up for
+    50 ms of calls, at least one, before it times any."""
+    import time
+
+    from tilec.bench.gemm import best
+    calls = []
+
+    def run() -> None:
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+
+    best(run, 2)
+    assert len(calls) >= 5 + 2
+    assert calls[-2] - calls[0] >= 0.05

@@ -90,11 +90,19 @@ def parse_dtypes(text: str) -> list[str]:
     return kinds
 
 
+WARM_UP_S = 0.05   # a peer's idle threads spin for milliseconds after its last call
+
+
 def best(run: Callable[[], Any], repeat: int,
          clock: Callable[[], float] = time.perf_counter) -> float:
-    """The least of ``repeat`` calls of ``run`` after one, on ``clock`` (wall clock; one
-    thread's CPU time with ``time.thread_time``)."""
+    """The least of ``repeat`` calls of ``run`` after WARM_UP_S of untimed calls (at least
+    one), on ``clock`` (wall clock; one thread's CPU time with ``time.thread_time``).  The
+    warm-up outlasts the spinning of the last peer's threads (GNU OpenMP's under torch,
+    OpenBLAS's), which would otherwise take a core from the first timed calls."""
+    start = time.perf_counter()
     run()
+    while time.perf_counter() - start < WARM_UP_S:
+        run()
     times = []
     for _ in range(repeat):
         t = clock()
