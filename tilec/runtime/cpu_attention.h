@@ -9,8 +9,9 @@
  * masks), applied in place to a block of raw scores.
  * Out: the output, computed per block of query rows and block of keys with an online softmax
  * (running max and sum in float32, the accumulator rescaled), never more than one block of
- * scores per thread (its scratch grows with neither s nor t; bfloat16 on AMX adds one key
- * head's packed keys and values, at most 32 MiB, that all the threads share); key blocks
+ * scores per thread (its scratch grows with neither s nor t; bfloat16 on AMX adds packed
+ * keys and values that all the threads share: as many key heads as 8 MiB holds, or one of at
+ * most 32 MiB); key blocks
  * entirely above a causal diagonal are skipped; with few query blocks (decode) the key axis
  * is split across threads and the partial results combined, and a block of a few query rows
  * reads each key and value once, unpacked.
