@@ -449,14 +449,11 @@ static V4 void online_softmax_v4(const float* scores, int64_t t, float* sb, floa
     softmax_row(scores + r * t, cols, m + r, l + r, o + r * ldo, dv, sb + r * BN, BN, store_f32, 0);
 }
 
-/* The kernel's scores function over a block of rows x cols raw scores (rows BN apart), one
- * row a call: it writes its result t apart, so a row at a time keeps the block contiguous (a
- * block t apart put its rows in one cache set where t * 4 is a multiple of 4 KiB). */
+/* The kernel's scores function over a block of rows x cols raw scores, rows BN apart in raw
+ * and in scores. */
 static void block_epilogue(const tilec_attention_problem* p, const float* raw, float* scores,
                            int64_t row0, int64_t rows, int64_t j0, int64_t cols) {
-  for (int64_t r = 0; r < rows; r++)
-    p->scores(p->ctx, raw + r * BN, scores + r * BN, p->t, row0 + r, row0 + r + 1, j0,
-              j0 + cols);
+  p->scores(p->ctx, raw, scores, BN, row0, row0 + rows, j0, j0 + cols);
 }
 
 /* -- bfloat16 on AMX -------------------------------------------------------------------------
@@ -647,10 +644,13 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
     const uint32_t *kp, *vp;
     packed_block(p, x, w, j0, &kp, &vp);
     scores_amx(x->qa, kp, x->st, BNA, rows, cols, dp);
-    for (int64_t r = 0; r < rows; r++) {  /* a row at a time: it stays in L1 between steps */
-      p->scores(p->ctx, x->st + r * BNA, x->scores, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
-      softmax_row(x->scores, cols, x->m + r, x->l + r, x->o + r * dvp, dv, x->pa + r * BNA,
-                  BNA, store_bf16, 1);
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {  /* 8 rows a call: they stay in L1 */
+      int64_t n = rows - r0 < 8 ? rows - r0 : 8;
+      p->scores(p->ctx, x->st + r0 * BNA, x->scores, BNA, row0 + r0, row0 + r0 + n, j0,
+                j0 + cols);
+      for (int64_t r = r0; r < r0 + n; r++)
+        softmax_row(x->scores + (r - r0) * BNA, cols, x->m + r, x->l + r, x->o + r * dvp, dv,
+                    x->pa + r * BNA, BNA, store_bf16, 1);
     }
     values_amx(x->pa, vp, x->o, rows, cols, dvp);
   }
@@ -1004,11 +1004,11 @@ static V4 void block_weights_v4(const tilec_attention_problem* p, Scratch* x, in
   for (int64_t r0 = 0; r0 < rows; r0 += 16) {
     for (int64_t j = 0; j < cols; j += 16)      /* st's rows past cols: stale, never read */
       transpose16(x->st + j * BM + r0, BM, x->sb + r0 * BN + j, BN);
-    for (int64_t r = r0; r < rows && r < r0 + 16; r++) {
-      p->scores(p->ctx, x->sb + r * BN, x->scores, p->t, row0 + r, row0 + r + 1, j0, j0 + cols);
-      softmax_row(x->scores, cols, x->m + r, x->l + r, x->o + r * p->dv, p->dv, x->sb + r * BN,
-                  BN, store_f32, 0);
-    }
+    int64_t n = rows - r0 < 16 ? rows - r0 : 16;
+    p->scores(p->ctx, x->sb + r0 * BN, x->scores, BN, row0 + r0, row0 + r0 + n, j0, j0 + cols);
+    for (int64_t r = r0; r < r0 + n; r++)
+      softmax_row(x->scores + (r - r0) * BN, cols, x->m + r, x->l + r, x->o + r * p->dv, p->dv,
+                  x->sb + r * BN, BN, store_f32, 0);
   }
 }
 

@@ -27,9 +27,8 @@ enum { TILEC_ATTENTION_F32 = 0, TILEC_ATTENTION_F16 = 1, TILEC_ATTENTION_BF16 = 
 
 /* The raw scores of query rows [row_begin, row_end) (rows of the grid: b * s + i) and keys
  * [col_begin, col_end), element (r, j) at acc[(r - row_begin) * ld + j - col_begin], turned
- * into the values the softmax reads, written likewise to result (another buffer); ld is
- * always t (the result is written t apart), so the runtime calls it one row at a time on its
- * own blocks of rows BN apart. */
+ * into the values the softmax reads, written likewise to result (another buffer, the same
+ * ld). */
 typedef void (*tilec_attention_scores)(void* ctx, const float* acc, float* result, int64_t ld,
                                        int64_t row_begin, int64_t row_end, int64_t col_begin,
                                        int64_t col_end);

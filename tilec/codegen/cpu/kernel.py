@@ -55,7 +55,7 @@ from ...dialect.types import FLOAT_DTYPES, TensorInfo, tensor_info
 from ...dims import Dim, parse_dim
 from ...mlir import arith, func, ir, llvm, memref, scf
 from ...tiling.tiler import SPLIT_MIN_ROWS, GemmTile, TileParams
-from ..common.layout import grid_dim, shape_of
+from ..common.layout import grid_dim, ints, shape_of
 from ..common.rows import (STORAGE, SCRATCH, RowLowering, UnaryTable, apply, argument_storage,
                            grid_point, kernel_target, narrow, next_grid_point, reduced_sizes,
                            round_to, spread, widen)
@@ -245,6 +245,10 @@ class _Kernel(RowLowering):
         self.element_range: Optional[tuple[Num, Num]] = None
         # a gemm kernel's accumulator tile: (buffer, first row, its row stride)
         self.accumulator: Optional[tuple[ir.Value, Num, Num]] = None
+        # an attention kernel's scores function writes its result as a tile too, rows the
+        # accumulator's stride apart (the runtime's block of scores), not into a [.., s, t]
+        # tensor: one call a block instead of one a row (:meth:`tile_row`)
+        self.tile_result = epilogue and "scores_of" in kernel
         self.row: Optional[Num] = None            # the grid row being computed
         # a kernel that only moves data, walked in squares of registers (:mod:`.transpose`),
         # and while a square's rows are lowered, the range of elements they move so
@@ -320,7 +324,9 @@ class _Kernel(RowLowering):
         stores elements [col_begin, col_end) of the rows [row_begin, row_end) of every
         result, the matmul's value read from ``acc`` (element (r, j) at (r - row_begin) * ld
         + j - col_begin), everything else as the row body says; the runtime's GEMM
-        (``cpu_gemm.c``) calls it with each finished tile."""
+        (``cpu_gemm.c``) calls it with each finished tile.  An attention kernel's scores
+        function writes its result laid out as ``acc`` (:attr:`tile_result`), for
+        ``cpu_attention.c``'s blocks of scores."""
         ftype = ir.FunctionType.get(buffers + [_memref("float32"), dims_type] + [index()] * 5,
                                     [])
         with self.fn.location:
@@ -561,8 +567,10 @@ class _Kernel(RowLowering):
             return
         value = self.lazy(op.operands[0])
         if self.element_range is not None:
-            dest = self.global_row(op, self.out_buffers[self.output_number(op)],
-                                   self.outputs[self.output_number(op)])
+            buffer, info = self.out_buffers[self.output_number(op)], \
+                self.outputs[self.output_number(op)]
+            dest = self.tile_row(op, buffer, info) if self.tile_result \
+                else self.global_row(op, buffer, info)
             if self.square_span is not None:
                 self.store_squares(value, dest)
                 return
@@ -1088,6 +1096,17 @@ class _Kernel(RowLowering):
                                rows + [n])
         return out
 
+    def tile_row(self, op: Any, buffer: ir.Value, info: TensorInfo) -> View:
+        """The current row of an output written as a tile (:attr:`tile_result`): element
+        (r, j) at (r - row_begin) * ld + j - col_begin, as the accumulator's."""
+        assert self.accumulator is not None and self.row is not None \
+            and self.element_range is not None
+        _, first, ld = self.accumulator
+        shape = shape_of(info)
+        kept = [a for a in range(len(shape)) if a not in ints(op.attributes["axes"])]
+        assert len(kept) == 1, "a scores row is one axis of keys"
+        base = (self.row - first) * ld - self.element_range[0]
+        return View(buffer, info.dtype, base, ZERO, (shape[kept[0]],), (ONE,), info.dtype)
 
     def accumulated(self, op: Any) -> View:
         """The matmul's row in the accumulator tile (:meth:`build_epilogue`)."""
