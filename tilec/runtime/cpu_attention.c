@@ -615,6 +615,11 @@ static int64_t unit_words(const tilec_attention_problem* p) {
   return key_blocks(p) * BNA * (up32(p->d) + up32(p->dv)) / 2;
 }
 
+/* Where a unit's packed values start in its words: after its keys. */
+static int64_t unit_values(const tilec_attention_problem* p) {
+  return key_blocks(p) * (up32(p->d) / 2) * BNA;
+}
+
 /* Packing items [first, last) of the units packed at once: key block item % key_blocks of
  * unit unit0 + item / key_blocks, its keys then its values. */
 static AMX void pack_items(void* ctx, int64_t first, int64_t last) {
@@ -625,7 +630,7 @@ static AMX void pack_items(void* ctx, int64_t first, int64_t last) {
     int64_t unit = item / blocks, j0 = item % blocks * BNA, k_base, v_base;
     int64_t cols = p->t - j0 < BNA ? p->t - j0 : BNA;
     uint32_t* kc = a->packed + unit * unit_words(p);
-    uint32_t* vc = kc + blocks * (dp / 2) * BNA;
+    uint32_t* vc = kc + unit_values(p);
     kv_offsets(p, (a->unit0 + unit) * a->unit_rows / p->s, &k_base, &v_base);
     pack_k(kc + j0 / BNA * (dp / 2) * BNA, (const uint16_t*)p->k + k_base + j0 * d, cols, d,
            dp);
@@ -665,6 +670,16 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
 #define FEW 8
 #define AHEAD 16   /* keys ahead that a decode prefetches */
 
+/* Key j's prefetches, ``bytes`` of each row: key j + AHEAD (rows ``bytes`` apart from kj)
+ * and value j's row vj, read by the values pass once this block's scores are done.  A
+ * prefetch never faults, so the rows past the keys are harmless. */
+INLINE void prefetch_key(const char* kj, const char* vj, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) {
+    _mm_prefetch(kj + AHEAD * bytes + line, _MM_HINT_T0);
+    _mm_prefetch(vj + line, _MM_HINT_T0);
+  }
+}
+
 /* 16 elements of a float32, float16 or bfloat16 row as float32; lanes past live 0. */
 INLINE V4 __m512 load16(const char* src, int dtype, __mmask16 live) {
   if (dtype == TILEC_ATTENTION_F32) return _mm512_maskz_loadu_ps(live, src);
@@ -689,10 +704,7 @@ INLINE V4 void few_scores(const float* q, const char* k, const char* v, int dtyp
   int64_t bytes = element_bytes(dtype), full = d / 16 * 16;
   for (int64_t j = 0; j < cols; j++) {
     const char* kj = k + j * d * bytes;
-    for (int64_t line = 0; line < d * bytes; line += 64) {
-      _mm_prefetch(kj + AHEAD * d * bytes + line, _MM_HINT_T0);   /* never faults */
-      _mm_prefetch(v + j * dv * bytes + line, _MM_HINT_T0);
-    }
+    prefetch_key(kj, v + j * dv * bytes, d * bytes);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     for (int64_t c = 0; c < d; c += 16) {
@@ -790,10 +802,7 @@ INLINE AMX void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k,
                               float* st, int rows, int64_t cols, int64_t d, int64_t dv) {
   for (int64_t j = 0; j < cols; j++) {
     const uint16_t* kj = k + j * d;
-    for (int64_t line = 0; line < 2 * d; line += 64) {
-      _mm_prefetch((const char*)kj + AHEAD * 2 * d + line, _MM_HINT_T0);   /* never faults */
-      _mm_prefetch(v + j * dv * 2 + line, _MM_HINT_T0);
-    }
+    prefetch_key((const char*)kj, v + j * dv * 2, 2 * d);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     for (int64_t c = 0; c < d; c += 32) {
@@ -869,10 +878,7 @@ INLINE V3 void few_scores_v3(const float* q, const char* k, const char* v, int d
   int64_t bytes = element_bytes(dtype);
   for (int64_t j = 0; j < cols; j++) {
     const char* kj = k + j * d * bytes;
-    for (int64_t line = 0; line < d * bytes; line += 64) {
-      _mm_prefetch(kj + AHEAD * d * bytes + line, _MM_HINT_T0);   /* never faults */
-      _mm_prefetch(v + j * dv * bytes + line, _MM_HINT_T0);
-    }
+    prefetch_key(kj, v + j * dv * bytes, d * bytes);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     for (int64_t c = 0; c < d; c += 8) {
@@ -1068,8 +1074,8 @@ static V4 void normalise_v4(float* o, const float* l, int64_t rows, int64_t dv) 
 static int64_t ordered(const Attention* a, int64_t block) {
   const tilec_attention_problem* p = a->p;
   if (!p->causal || p->s % BM != 0) return block;
-  int64_t per_head = p->s / BM, heads = a->unit_rows / p->s, i = block % a->row_blocks;
-  return block - i + i % heads * per_head + per_head - 1 - i / heads;
+  int64_t per_head = p->s / BM, i = block % a->row_blocks;
+  return block - i + i % a->share * per_head + per_head - 1 - i / a->share;
 }
 
 static void run_task(const Attention* a, int64_t task, Scratch* x) {
@@ -1093,7 +1099,7 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
   } else if (a->amx) {
     if (a->packed != NULL) {
       x->shared_k = a->packed + (block / a->row_blocks - a->unit0) * unit_words(p);
-      x->shared_v = x->shared_k + key_blocks(p) * (up32(p->d) / 2) * BNA;
+      x->shared_v = x->shared_k + unit_values(p);
     }
     keys_amx(p, x, &w);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */

@@ -1096,26 +1096,28 @@ class _Kernel(RowLowering):
                                rows + [n])
         return out
 
-    def tile_row(self, op: Any, buffer: ir.Value, info: TensorInfo) -> View:
-        """The current row of an output written as a tile (:attr:`tile_result`): element
-        (r, j) at (r - row_begin) * ld + j - col_begin, as the accumulator's."""
+    def tile_base(self) -> Num:
+        """Where the current row starts in a tile laid out as the accumulator: element
+        (r, j) at (r - row_begin) * ld + j - col_begin (:meth:`build_epilogue`)."""
         assert self.accumulator is not None and self.row is not None \
             and self.element_range is not None
         _, first, ld = self.accumulator
+        return (self.row - first) * ld - self.element_range[0]
+
+    def tile_row(self, op: Any, buffer: ir.Value, info: TensorInfo) -> View:
+        """The current row of an output written as a tile (:attr:`tile_result`)."""
         shape = shape_of(info)
         kept = [a for a in range(len(shape)) if a not in ints(op.attributes["axes"])]
         assert len(kept) == 1, "a scores row is one axis of keys"
-        base = (self.row - first) * ld - self.element_range[0]
-        return View(buffer, info.dtype, base, ZERO, (shape[kept[0]],), (ONE,), info.dtype)
+        return View(buffer, info.dtype, self.tile_base(), ZERO, (shape[kept[0]],), (ONE,),
+                    info.dtype)
 
     def accumulated(self, op: Any) -> View:
         """The matmul's row in the accumulator tile (:meth:`build_epilogue`)."""
-        assert self.accumulator is not None and self.row is not None \
-            and self.element_range is not None
-        acc, first, ld = self.accumulator
+        assert self.accumulator is not None
         info = self.result_info(op)
-        base = (self.row - first) * ld - self.element_range[0]
-        return View(acc, "float32", base, Dim.const(0), shape_of(info), (ONE,), info.dtype)
+        return View(self.accumulator[0], "float32", self.tile_base(), Dim.const(0),
+                    shape_of(info), (ONE,), info.dtype)
 
 
 def _split_of(kernel: Any) -> tuple[int, str, str]:
