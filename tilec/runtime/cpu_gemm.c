@@ -883,7 +883,9 @@ typedef struct {
 
 /* Vectors [v, v + NV) of the chunk's columns for R rows of A: the R x NV sums stay in
  * registers over the chunk's rows, each line of B is loaded once.  Inlined with constant R,
- * NV and dtype (B's, the chunk's): the arrays become registers, the widening one instruction. */
+ * NV and dtype (B's, the chunk's) and the loops over them unrolled: the arrays become
+ * registers, the widening one instruction (without the unrolling GCC kept x86-64-v3's arrays,
+ * and x86-64-v4's for some R, on the stack: a load, FMA and store a vector). */
 static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int dtype,
                                           const int R, const int NV) {
   const char* line0 = ch->line0;
@@ -891,18 +893,25 @@ static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int 
   float* acc = ch->acc;
   int64_t row = ch->row, k = ch->k, ld = ch->ld;
   __m512 c[R][NV];
+#pragma GCC unroll 16
   for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
     __m512 bv[NV];
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
+#pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
       __m512 ai = _mm512_set1_ps(a[i * k + r]);
+#pragma GCC unroll 16
       for (int u = 0; u < NV; u++) c[i][u] = _mm512_fmadd_ps(ai, bv[u], c[i][u]);
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * ld + 16 * (v + u), c[i][u]);
 }
 
@@ -914,18 +923,25 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
   float* acc = ch->acc;
   int64_t row = ch->row, k = ch->k, ld = ch->ld;
   __m256 c[R][NV];
+#pragma GCC unroll 16
   for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) c[i][u] = _mm256_loadu_ps(acc + i * ld + 8 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
     __m256 bv[NV];
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
+#pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
       __m256 ai = _mm256_broadcast_ss(a + i * k + r);
+#pragma GCC unroll 16
       for (int u = 0; u < NV; u++) c[i][u] = _mm256_fmadd_ps(ai, bv[u], c[i][u]);
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
     for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + i * ld + 8 * (v + u), c[i][u]);
 }
 
