@@ -91,12 +91,18 @@ def test_gemm_bench_runs_the_shapes_and_dtypes_it_is_given(tmp_path):
     env = {**os.environ, "TILEC_CACHE_DIR": str(tmp_path / "cache")}
     command = [sys.executable, "-c", "import sys; from tilec.bench.gemm import main; "
                "sys.exit(main())", "--no-torch", "--no-fused", "--repeat", "1"]
-    done = subprocess.run(command + ["--shapes", "8x16x24,3x5x7", "--dtypes", "float16"],
+    done = subprocess.run(command + ["--shapes", "8x16x24,3x5x7,1x64x32", "--dtypes", "float16"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    rows = [ln.split(" | ")[:4] for ln in done.stdout.splitlines()
+    rows = [ln.split(" | ") for ln in done.stdout.splitlines()
             if re.match(r"\| \d+ \| \d+ \| \d+ \| \w+ \| ", ln)]
-    assert rows == [["| 8", "16", "24", "float16"], ["| 3", "5", "7", "float16"]]
+    assert [r[:4] for r in rows] == [["| 8", "16", "24", "float16"], ["| 3", "5", "7", "float16"],
+                                     ["| 1", "64", "32", "float16"]]
+    # a decode's row: its weight's bandwidth against a copy of as many bytes, measured
+    # with it, over a rotation of at most MOST_WEIGHTS weights
+    assert rows[0][7] == "" and re.fullmatch(r"\d+\.\d \(\d+% of \d+\.\d, (\d+) weights\)",
+                                             rows[2][7]), rows[2]
+    assert 2 <= int(re.search(r"(\d+) weights", rows[2][7]).group(1)) <= 64
     assert "gelu" not in done.stdout
     bad = subprocess.run(command + ["--shapes", "8x16"], capture_output=True, text=True,
                          env=env, timeout=300)

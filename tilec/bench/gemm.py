@@ -5,10 +5,12 @@ In: the shapes of issue 17 (square 512 to 4096; LLM layers M in {1, 16, 128, 204
 in {(4096, 4096), (4096, 11008), (11008, 4096), (4096, 14336)}) in float32, bfloat16 and
 float16.  Out: one markdown table: per case the best time of each implementation (outputs
 preallocated for every one, ``out=``), tilec's GFLOP/s and fraction of the machine's peak
-FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) also reports the
-weight's bytes per second against a copy's (``np.copyto`` between preallocated buffers in
-as many threads as tilec runs, bytes read and written), with ROTATE weights whose working set is at least twice the last
-level cache when the machine holds them (else as many as fit a quarter of its memory).
+FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) calls rotate
+through weights whose working set is at least twice the last level cache when the machine
+holds them (else as many as fit a quarter of its memory), and the row reports the weight's
+bytes per second against a copy's over as many bytes, measured right after it
+(``np.copyto`` between preallocated buffers in as many threads as tilec runs, bytes read
+and written).
 
 Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512, 8 for AVX2,
 as the code tilec runs) x 2 flops x the clock (``cpu MHz`` of /proc/cpuinfo, the nominal
@@ -133,13 +135,18 @@ def last_level_cache() -> int:
     return max(sizes, default=32 << 20)
 
 
+MOST_WEIGHTS = 64    # a small weight's rotation stays short (its set fits a cache anyway)
+
+
 def weights(k: int, n: int, dtype: Any, rotate: bool, rng: np.random.Generator) -> list:
+    """The weights a case reads: one, or (``rotate``) as many copies as make a working set of
+    twice the last level cache, at most a quarter of the memory and MOST_WEIGHTS."""
     one = (rng.standard_normal((k, n), dtype=np.float32) * 0.05).astype(dtype)
     if not rotate:
         return [one]
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     want = max(2, -(-2 * last_level_cache() // one.nbytes))
-    count = max(2, min(want, memory // 4 // one.nbytes))
+    count = max(2, min(want, memory // 4 // one.nbytes, MOST_WEIGHTS))
     return [one] + [one.copy() for _ in range(count - 1)]
 
 
@@ -172,26 +179,34 @@ class Peers:
 
 def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Generator,
               rotate: bool) -> dict[str, float]:
-    """Best seconds per implementation of one matmul case (outputs preallocated)."""
+    """Best seconds per implementation of one matmul case (outputs preallocated).  A decode
+    (M = 1, rotating weights) times whole rotations, each call on the next weight, and then
+    a copy of as many bytes: the two minutes apart on a noisy host would not compare."""
     m, n, k, dtype = case
     kind, suffix = DTYPES[dtype]
     x = (rng.standard_normal((m, k), dtype=np.float32)).astype(kind)
     ws = weights(k, n, kind, rotate and m == 1, rng)
     out = np.empty((m, n), kind)
     fn = getattr(lib, f"mm_{suffix}")
-    turn = iter(range(1 << 62))
-    got = {"tilec": best(lambda: fn(x, ws[next(turn) % len(ws)], out=out), repeat)}
+
+    def timed(call: Callable[[Any], Any], operands: list) -> float:
+        if m == 1:
+            return best(lambda: [call(w) for w in operands], repeat) / len(operands)
+        return best(lambda: call(operands[0]), repeat)
+
+    got = {"tilec": timed(lambda w: fn(x, w, out=out), ws)}
+    if m == 1:
+        got["copy"] = copy_gbps(sum(w.nbytes for w in ws), tilec_threads(), repeat)
     if dtype == "float32":
-        got["numpy"] = best(lambda: np.matmul(x, ws[next(turn) % len(ws)], out=out), repeat)
+        got["numpy"] = timed(lambda w: np.matmul(x, w, out=out), ws)
     torch = peers.torch
     if torch is not None:
         tx, tws, to = peers.tensor(x), [peers.tensor(w) for w in ws], peers.tensor(out)
-        got["torch"] = best(lambda: torch.matmul(tx, tws[next(turn) % len(ws)], out=to), repeat)
+        got["torch"] = timed(lambda w: torch.matmul(tx, w, out=to), tws)
         if dtype != "float32":
             fx, fws = tx.float(), [w.float() for w in tws]
             fo = torch.empty((m, n), dtype=torch.float32)
-            got["torch f32"] = best(lambda: torch.matmul(fx, fws[next(turn) % len(ws)],
-                                                         out=fo), repeat)
+            got["torch f32"] = timed(lambda w: torch.matmul(fx, w, out=fo), fws)
     got["weights"] = len(ws)
     return got
 
@@ -255,12 +270,12 @@ def amx_line(level: str) -> str:
             "100%)" if amx else "bfloat16 and float16 widened to float32 (no AMX)")
 
 
-def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, peak: tuple,
-           copy: float) -> str:
+def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
+           peak: tuple) -> str:
     lines = [f"# tilec GEMM benchmark, {time.strftime('%Y-%m-%d %H:%M')}", "",
              f"CPU code: {level}; {platform.processor() or platform.machine()}, "
              f"{len(os.sched_getaffinity(0))} CPUs; peak {peak[0]:.0f} GFLOP/s ({peak[1]}); "
-             f"copy {copy:.1f} GB/s (read + write, in {tilec_threads()} threads); {amx_line(level)}; load average "
+             f"{amx_line(level)}; load average "
              f"{os.getloadavg()[0]:.1f} at the end.  Best of the timed calls, outputs "
              "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
              "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
@@ -270,8 +285,8 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str, pe
         mine = t["tilec"]
         gflops = 2 * m * n * k / mine / 1e9
         wbytes = k * n * np.dtype(DTYPES[dtype][0]).itemsize
-        stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / copy:.0f}%, " \
-                 f"{t['weights']} weights)" if m == 1 else ""
+        stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / t['copy']:.0f}% of " \
+                 f"{t['copy']:.1f}, {t['weights']} weights)" if m == 1 else ""
         lines.append(f"| {m} | {n} | {k} | {dtype} | {mine * 1e3:.3g} | {gflops:.1f} | "
                      f"{100 * gflops / peak[0]:.0f}% | {stream} | {ratio(t.get('torch'), mine)} "
                      f"| {ratio(t.get('torch f32'), mine)} | {ratio(t.get('numpy'), mine)} |")
@@ -307,8 +322,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     shape = (32, 64, 48) if args.quick else (2048, 4096, 4096)
     fused = None if args.no_fused else (shape, time_fused(lib, peers, *shape, args.repeat, rng))
     lanes = 16 if level == "x86-64-v4" else 8
-    copy = copy_gbps(1 << 20 if args.quick else 256 << 20, tilec_threads(), args.repeat)
-    text = report(rows, fused, level, peak_gflops(lanes), copy)
+    text = report(rows, fused, level, peak_gflops(lanes))
     print(text, end="")
     if args.output:
         Path(args.output).write_text(text)
