@@ -1054,31 +1054,123 @@ static V3 float sum8(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
-/* The same for a B whose columns are contiguous along K (x @ transpose(w)): dot products of
- * each column of B, read once, with every row of A. */
-static V3 void stream_columns(const Stream* s, int64_t j0, int64_t cols, float* acc) {
+/* The same for a B whose columns are contiguous along K (x @ transpose(w), a Linear weight
+ * stored [out, in]): dot products of DOT_COLUMNS columns of B at a time, each read once
+ * where it lies (the rows of a weight side by side, as MKL's gemv reads them), with every
+ * row of A, two sums a column. */
+#define DOT_COLUMNS 4
+
+/* 16 elements of B's column from element e on (float32, float16 or bfloat16); lanes past
+ * live 0. */
+static ALWAYS_INLINE V4 __m512 column16(const char* column, int64_t e, int dtype,
+                                        __mmask16 live) {
+  if (dtype == TILEC_GEMM_F32) return _mm512_maskz_loadu_ps(live, (const float*)column + e);
+  __m256i h = _mm256_maskz_loadu_epi16(live, (const uint16_t*)column + e);
+  if (dtype == TILEC_GEMM_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* acc[i * ld + j] = A's row i . column j of B for the columns [j0, j0 + cols) of the batch,
+ * B's element type `dtype` (a constant where inlined). */
+static ALWAYS_INLINE V4 void dots_v4(const Stream* s, int64_t j0, int64_t cols, float* acc,
+                                     int64_t ld, const int dtype) {
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
-  float line[4096];
-  for (int64_t j = 0; j < cols; j++) {
-    for (int64_t i = 0; i < p->m; i++) acc[i * s->width + j] = 0.0f;
-    for (int64_t k0 = 0; k0 < p->k; k0 += 4096) {
-      int64_t kn = p->k - k0 < 4096 ? p->k - k0 : 4096;
-      widen(line, at(b, s->batch * b->batch + (j0 + j) * b->col + k0), b->dtype, kn);
-      for (int64_t i = 0; i < p->m; i++) {
-        const float* a = s->a + i * p->k + k0;
-        __m256 x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps();
-        int64_t k = 0;
-        for (; k + 16 <= kn; k += 16) {
-          x0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(line + k), x0);
-          x1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(line + k + 8), x1);
+  int64_t k = p->k;
+  for (int64_t j = 0; j < cols; j += DOT_COLUMNS) {
+    const char* w[DOT_COLUMNS];
+    int64_t nc = cols - j < DOT_COLUMNS ? cols - j : DOT_COLUMNS;
+#pragma GCC unroll 4
+    for (int c = 0; c < DOT_COLUMNS; c++)    /* past the last column: the last again */
+      w[c] = at(b, s->batch * b->batch + (j0 + j + (c < nc ? c : nc - 1)) * b->col);
+    for (int64_t i = 0; i < p->m; i++) {
+      const float* a = s->a + i * k;
+      __m512 sum[DOT_COLUMNS][2];
+#pragma GCC unroll 4
+      for (int c = 0; c < DOT_COLUMNS; c++) sum[c][0] = sum[c][1] = _mm512_setzero_ps();
+      int64_t e = 0;
+      for (; e + 32 <= k; e += 32) {
+        __m512 a0 = _mm512_loadu_ps(a + e), a1 = _mm512_loadu_ps(a + e + 16);
+#pragma GCC unroll 4
+        for (int c = 0; c < DOT_COLUMNS; c++) {
+          sum[c][0] = _mm512_fmadd_ps(column16(w[c], e, dtype, 0xffff), a0, sum[c][0]);
+          sum[c][1] = _mm512_fmadd_ps(column16(w[c], e + 16, dtype, 0xffff), a1, sum[c][1]);
         }
-        float total = sum8(_mm256_add_ps(x0, x1));
-        for (; k < kn; k++) total += a[k] * line[k];
-        acc[i * s->width + j] += total;
+      }
+      for (; e < k; e += 16) {
+        __mmask16 live = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
+        __m512 a0 = _mm512_maskz_loadu_ps(live, a + e);
+#pragma GCC unroll 4
+        for (int c = 0; c < DOT_COLUMNS; c++)
+          sum[c][0] = _mm512_fmadd_ps(column16(w[c], e, dtype, live), a0, sum[c][0]);
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < DOT_COLUMNS; c++)
+        if (c < nc) acc[i * ld + j + c] = _mm512_reduce_add_ps(_mm512_add_ps(sum[c][0], sum[c][1]));
+    }
+  }
+}
+
+static V4 void dots_columns_v4(const Stream* s, int64_t j0, int64_t cols, float* acc,
+                               int64_t ld) {
+  int dtype = s->p->b.dtype;
+  if (dtype == TILEC_GEMM_F32)
+    dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_F32);
+  else if (dtype == TILEC_GEMM_F16)
+    dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_F16);
+  else
+    dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_BF16);
+}
+
+/* x86-64-v3: dots_v4 on 8 lanes, the last k % 8 elements one at a time. */
+static ALWAYS_INLINE V3 void dots_v3(const Stream* s, int64_t j0, int64_t cols, float* acc,
+                                     int64_t ld, const int dtype) {
+  const tilec_gemm_problem* p = s->p;
+  const tilec_gemm_operand* b = &p->b;
+  int64_t k = p->k;
+  for (int64_t j = 0; j < cols; j += DOT_COLUMNS) {
+    const char* w[DOT_COLUMNS];
+    int64_t nc = cols - j < DOT_COLUMNS ? cols - j : DOT_COLUMNS;
+#pragma GCC unroll 4
+    for (int c = 0; c < DOT_COLUMNS; c++)
+      w[c] = at(b, s->batch * b->batch + (j0 + j + (c < nc ? c : nc - 1)) * b->col);
+    for (int64_t i = 0; i < p->m; i++) {
+      const float* a = s->a + i * k;
+      __m256 sum[DOT_COLUMNS][2];
+#pragma GCC unroll 4
+      for (int c = 0; c < DOT_COLUMNS; c++) sum[c][0] = sum[c][1] = _mm256_setzero_ps();
+      int64_t e = 0;
+      for (; e + 16 <= k; e += 16) {
+        __m256 a0 = _mm256_loadu_ps(a + e), a1 = _mm256_loadu_ps(a + e + 8);
+#pragma GCC unroll 4
+        for (int c = 0; c < DOT_COLUMNS; c++) {
+          sum[c][0] = _mm256_fmadd_ps(widen8((const char*)w[c] + e * element_bytes(dtype), dtype),
+                                      a0, sum[c][0]);
+          sum[c][1] = _mm256_fmadd_ps(
+              widen8((const char*)w[c] + (e + 8) * element_bytes(dtype), dtype), a1, sum[c][1]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < DOT_COLUMNS; c++) {
+        if (c >= nc) break;
+        float total = sum8(_mm256_add_ps(sum[c][0], sum[c][1]));
+        for (int64_t r = e; r < k; r++)
+          total += a[r] * element(b, s->batch * b->batch + (j0 + j + c) * b->col + r * b->row);
+        acc[i * ld + j + c] = total;
       }
     }
   }
+}
+
+static V3 void dots_columns_v3(const Stream* s, int64_t j0, int64_t cols, float* acc,
+                               int64_t ld) {
+  int dtype = s->p->b.dtype;
+  if (dtype == TILEC_GEMM_F32)
+    dots_v3(s, j0, cols, acc, ld, TILEC_GEMM_F32);
+  else if (dtype == TILEC_GEMM_F16)
+    dots_v3(s, j0, cols, acc, ld, TILEC_GEMM_F16);
+  else
+    dots_v3(s, j0, cols, acc, ld, TILEC_GEMM_BF16);
 }
 
 #define COLUMNS_ACC 4096 /* floats of an item's sums, B's columns contiguous */
@@ -1090,7 +1182,10 @@ static void column_items(void* ctx, int64_t first, int64_t last) {
   for (int64_t item = first; item < last; item++) {
     int64_t j0 = item * s->width;
     int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
-    stream_columns(s, j0, cols, acc);
+    if (tilec_cpu_level() >= 4)
+      dots_columns_v4(s, j0, cols, acc, s->width);
+    else
+      dots_columns_v3(s, j0, cols, acc, s->width);
     p->epilogue(p->ctx, acc, s->width, s->batch * p->m, (s->batch + 1) * p->m, j0,
                 j0 + cols);
   }
@@ -1161,7 +1256,7 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   float* a = grown(&widened_a, p->m * p->k > 0 ? p->m * p->k : 1);
   if (a == NULL) return TILEC_ERR_NO_MEMORY;
   Stream s = {.p = p, .a = a};
-  int rows = p->b.col == 1;
+  int rows = p->b.col == 1 || p->b.row != 1;   /* else B's columns contiguous along K */
   if (rows && !plan_rows(&s)) return TILEC_ERR_NO_MEMORY;
   if (!rows) plan_columns(&s);
   int64_t blocks = (p->n + s.width - 1) / s.width;
