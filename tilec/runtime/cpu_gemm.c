@@ -883,36 +883,37 @@ typedef struct {
 
 /* Vectors [v, v + NV) of the chunk's columns for R rows of A: the R x NV sums stay in
  * registers over the chunk's rows, each line of B is loaded once.  Inlined with constant R,
- * NV and dtype (B's, the chunk's) and the loops over them unrolled: the arrays become
- * registers, the widening one instruction (without the unrolling GCC kept x86-64-v3's arrays,
- * and x86-64-v4's for some R, on the stack: a load, FMA and store a vector). */
+ * NV and dtype (B's, the chunk's), the arrays of fixed size and the loops over them unrolled:
+ * the arrays become registers, the widening one instruction (sized [R][NV], C's variable-length
+ * arrays, they stayed on the stack: the B line copied there and a load, FMA and store a
+ * vector). */
 static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int dtype,
                                           const int R, const int NV) {
   const char* line0 = ch->line0;
   const float* a = ch->a;
   float* acc = ch->acc;
   int64_t row = ch->row, k = ch->k, ld = ch->ld;
-  __m512 c[R][NV];
+  __m512 c[32]; /* c[i * NV + u]: R x NV <= 32 (fixed sizes: a VLA stays in memory) */
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 16
-    for (int u = 0; u < NV; u++) c[i][u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
+    for (int u = 0; u < NV; u++) c[i * NV + u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
-    __m512 bv[NV];
+    __m512 bv[8];
 #pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
       __m512 ai = _mm512_set1_ps(a[i * k + r]);
 #pragma GCC unroll 16
-      for (int u = 0; u < NV; u++) c[i][u] = _mm512_fmadd_ps(ai, bv[u], c[i][u]);
+      for (int u = 0; u < NV; u++) c[i * NV + u] = _mm512_fmadd_ps(ai, bv[u], c[i * NV + u]);
     }
   }
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 16
-    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * ld + 16 * (v + u), c[i][u]);
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * ld + 16 * (v + u), c[i * NV + u]);
 }
 
 /* The same with 8 lanes and 16 registers (x86-64-v3). */
@@ -922,27 +923,27 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
   const float* a = ch->a;
   float* acc = ch->acc;
   int64_t row = ch->row, k = ch->k, ld = ch->ld;
-  __m256 c[R][NV];
+  __m256 c[16]; /* c[i * NV + u]: R x NV <= 16 */
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 16
-    for (int u = 0; u < NV; u++) c[i][u] = _mm256_loadu_ps(acc + i * ld + 8 * (v + u));
+    for (int u = 0; u < NV; u++) c[i * NV + u] = _mm256_loadu_ps(acc + i * ld + 8 * (v + u));
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
-    __m256 bv[NV];
+    __m256 bv[4];
 #pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
       __m256 ai = _mm256_broadcast_ss(a + i * k + r);
 #pragma GCC unroll 16
-      for (int u = 0; u < NV; u++) c[i][u] = _mm256_fmadd_ps(ai, bv[u], c[i][u]);
+      for (int u = 0; u < NV; u++) c[i * NV + u] = _mm256_fmadd_ps(ai, bv[u], c[i * NV + u]);
     }
   }
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
 #pragma GCC unroll 16
-    for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + i * ld + 8 * (v + u), c[i][u]);
+    for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + i * ld + 8 * (v + u), c[i * NV + u]);
 }
 
 /* Vectors per group for R rows: R x NV sums, NV vectors of B and a broadcast in the 32
