@@ -102,6 +102,8 @@ def test_gemm_bench_runs_the_shapes_and_dtypes_it_is_given(tmp_path):
     # with it, over a rotation of at most MOST_WEIGHTS weights
     assert rows[0][7] == "" and re.fullmatch(r"\d+\.\d \(\d+% of \d+\.\d, (\d+) weights\)",
                                              rows[2][7]), rows[2]
+    # and for the weight stored [N, K], as a Linear's (no torch here: its cell says so)
+    assert rows[0][11] == " |" and re.fullmatch(r"\d+\.\d \(\d+%\), — \|", rows[2][11]), rows[2]
     assert 2 <= int(re.search(r"(\d+) weights", rows[2][7]).group(1)) <= 64
     assert "gelu" not in done.stdout
     bad = subprocess.run(command + ["--shapes", "8x16"], capture_output=True, text=True,

@@ -10,7 +10,8 @@ through weights whose working set is at least twice the last level cache when th
 holds them (else as many as fit a quarter of its memory), and the row reports the weight's
 bytes per second against a copy's over as many bytes, measured right after it
 (``np.copyto`` between preallocated buffers in as many threads as tilec runs, bytes read
-and written).
+and written), for the weight stored [K, N] (``x @ w``) and, in its last column, stored [N, K]
+as a Linear layer's is (``x @ transpose(w)``, the same bytes reshaped).
 
 Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512, 8 for AVX2,
 as the code tilec runs) x 2 flops x the clock (``cpu MHz`` of /proc/cpuinfo, the nominal
@@ -43,6 +44,12 @@ func mm_f32(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] { r
 func mm_bf16(x: Tensor<bf16>[m, k], w: Tensor<bf16>[k, n]) -> Tensor<bf16>[m, n] { return x @ w; }
 func mm_f16(x: Tensor<f16>[m, k], w: Tensor<f16>[k, n]) -> Tensor<f16>[m, n] { return x @ w; }
 func linear(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k]) -> Tensor<f32>[m, n] {
+  return x @ transpose(w, perm=[1, 0]);
+}
+func linear_bf16(x: Tensor<bf16>[m, k], w: Tensor<bf16>[n, k]) -> Tensor<bf16>[m, n] {
+  return x @ transpose(w, perm=[1, 0]);
+}
+func linear_f16(x: Tensor<f16>[m, k], w: Tensor<f16>[n, k]) -> Tensor<f16>[m, n] {
   return x @ transpose(w, perm=[1, 0]);
 }
 func linear_gelu(x: Tensor<f32>[m, k], w: Tensor<f32>[n, k], b: Tensor<f32>[n])
@@ -195,7 +202,9 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
         return best(lambda: call(operands[0]), repeat)
 
     got = {"tilec": timed(lambda w: fn(x, w, out=out), ws)}
-    if m == 1:
+    if m == 1:    # also a Linear's weight, stored [n, k] (each weight's bytes reshaped)
+        linear = getattr(lib, "linear" if dtype == "float32" else f"linear_{suffix}")
+        got["tilec [n, k]"] = timed(lambda w: linear(x, w.reshape(n, k), out=out), ws)
         got["copy"] = copy_gbps(sum(w.nbytes for w in ws), tilec_threads(), repeat)
     if dtype == "float32":
         got["numpy"] = timed(lambda w: np.matmul(x, w, out=out), ws)
@@ -203,6 +212,9 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
     if torch is not None:
         tx, tws, to = peers.tensor(x), [peers.tensor(w) for w in ws], peers.tensor(out)
         got["torch"] = timed(lambda w: torch.matmul(tx, w, out=to), tws)
+        if m == 1:
+            got["torch [n, k]"] = timed(lambda w: torch.matmul(tx, w.reshape(n, k).t(), out=to),
+                                        tws)
         if dtype != "float32":
             fx, fws = tx.float(), [w.float() for w in tws]
             fo = torch.empty((m, n), dtype=torch.float32)
@@ -279,17 +291,24 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
              f"{os.getloadavg()[0]:.1f} at the end.  Best of the timed calls, outputs "
              "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
              "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
-             "| torch.matmul | torch.matmul f32 | NumPy |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| torch.matmul | torch.matmul f32 | NumPy | weight stored [N, K]: GB/s (% of copy), "
+             "torch.matmul |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (m, n, k, dtype), t in rows:
         mine = t["tilec"]
         gflops = 2 * m * n * k / mine / 1e9
         wbytes = k * n * np.dtype(DTYPES[dtype][0]).itemsize
-        stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / t['copy']:.0f}% of " \
-                 f"{t['copy']:.1f}, {t['weights']} weights)" if m == 1 else ""
+        stream = linear = ""
+        if m == 1:
+            stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / t['copy']:.0f}% " \
+                     f"of {t['copy']:.1f}, {t['weights']} weights)"
+            mine_t = t["tilec [n, k]"]
+            linear = f"{wbytes / mine_t / 1e9:.1f} ({100 * wbytes / mine_t / 1e9 / t['copy']:.0f}%)" \
+                     f", {ratio(t.get('torch [n, k]'), mine_t)}"
         lines.append(f"| {m} | {n} | {k} | {dtype} | {mine * 1e3:.3g} | {gflops:.1f} | "
                      f"{100 * gflops / peak[0]:.0f}% | {stream} | {ratio(t.get('torch'), mine)} "
-                     f"| {ratio(t.get('torch f32'), mine)} | {ratio(t.get('numpy'), mine)} |")
+                     f"| {ratio(t.get('torch f32'), mine)} | {ratio(t.get('numpy'), mine)} "
+                     f"| {linear} |")
     if fused is not None:
         (m, n, k), t = fused
         mine = t["tilec"]
