@@ -853,6 +853,7 @@ typedef struct {
 #define STREAM_ITEMS 32     /* items wanted per call (shape-only: no thread count) */
 #define STREAM_MIN_ROWS 256 /* rows of B a split holds at least */
 #define STREAM_ROWS 16      /* rows of B read side by side; the sums stay in registers */
+#define STREAM_ROWS_1 8     /* the same for one row of A: each row a line or two a step */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) {
@@ -947,8 +948,10 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
 }
 
 /* Vectors per group for R rows: R x NV sums, NV vectors of B and a broadcast in the 32
- * (x86-64-v4) or 16 (x86-64-v3, R <= 12) registers. */
-#define NV4(R) ((R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
+ * (x86-64-v4) or 16 (x86-64-v3, R <= 12) registers; for one row of A (a decode, bound by
+ * memory) 2 vectors, so that its STREAM_ROWS_1 rows of B advance together a line or two at a
+ * time, as MKL's gemv reads them. */
+#define NV4(R) ((R) == 1 ? 2 : (R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
 #define NV3(R) ((R) <= 2 ? 4 : (R) <= 6 ? 2 : 1)
 #define ROWS_V3 12
 
@@ -1017,7 +1020,8 @@ static V3 void stream_chunk_v3(const Chunk* c, int64_t m, int64_t vectors) {
 }
 
 /* Item `item` of B's rows: its split's sums of its columns, zeroed, then its rows of B in
- * chunks of STREAM_ROWS (each chunk's columns in vectors, the last few one at a time). */
+ * chunks of STREAM_ROWS (STREAM_ROWS_1 for one row of A; each chunk's columns in vectors,
+ * the last few one at a time). */
 static void stream_rows(const Stream* s, int64_t item) {
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* b = &p->b;
@@ -1029,8 +1033,9 @@ static void stream_rows(const Stream* s, int64_t item) {
   for (int64_t i = 0; i < p->m; i++) memset(acc + i * p->n, 0, (size_t)cols * sizeof(float));
   int v4 = tilec_cpu_level() >= 4, lanes = v4 ? 16 : 8;
   int64_t vectors = cols / lanes, m;
-  for (int64_t r = k0; r < k1; r += STREAM_ROWS) {
-    int64_t rows = k1 - r < STREAM_ROWS ? k1 - r : STREAM_ROWS;
+  int64_t step = p->m == 1 ? STREAM_ROWS_1 : STREAM_ROWS;
+  for (int64_t r = k0; r < k1; r += step) {
+    int64_t rows = k1 - r < step ? k1 - r : step;
     for (int64_t i0 = 0; i0 < p->m; i0 += m) {
       m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
       Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
