@@ -300,11 +300,11 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
         wbytes = k * n * np.dtype(DTYPES[dtype][0]).itemsize
         stream = linear = ""
         if m == 1:
-            stream = f"{wbytes / mine / 1e9:.1f} ({100 * wbytes / mine / 1e9 / t['copy']:.0f}% " \
-                     f"of {t['copy']:.1f}, {t['weights']} weights)"
-            mine_t = t["tilec [n, k]"]
-            linear = f"{wbytes / mine_t / 1e9:.1f} ({100 * wbytes / mine_t / 1e9 / t['copy']:.0f}%)" \
-                     f", {ratio(t.get('torch [n, k]'), mine_t)}"
+            gbps, gbps_t = wbytes / mine / 1e9, wbytes / t["tilec [n, k]"] / 1e9
+            stream = f"{gbps:.1f} ({100 * gbps / t['copy']:.0f}% of {t['copy']:.1f}, " \
+                     f"{t['weights']} weights)"
+            linear = f"{gbps_t:.1f} ({100 * gbps_t / t['copy']:.0f}%), " \
+                     f"{ratio(t.get('torch [n, k]'), t['tilec [n, k]'])}"
         lines.append(f"| {m} | {n} | {k} | {dtype} | {mine * 1e3:.3g} | {gflops:.1f} | "
                      f"{100 * gflops / peak[0]:.0f}% | {stream} | {ratio(t.get('torch'), mine)} "
                      f"| {ratio(t.get('torch f32'), mine)} | {ratio(t.get('numpy'), mine)} "
