@@ -495,16 +495,19 @@ static inline V3 __m256 widen8(const void* src, int dtype) {
 /* r[t][u] becomes r[u][t]. */
 static inline V3 void transpose8(__m256 r[8]) {
   __m256 t[8], s[8];
+#pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
   }
+#pragma GCC unroll 2
   for (int i = 0; i < 8; i += 4) {
     s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
     s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
     s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
     s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < 4; i++) {
     r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
     r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
@@ -518,18 +521,22 @@ static inline V3 void transpose8(__m256 r[8]) {
 static V3 int64_t pack_b_columns(const Gemm* g, float* dst, int64_t base, int64_t cols) {
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr, size = element_bytes(b->dtype);
-  int64_t full = cols / 8 * 8, per_line = 64 / size;
-  for (int64_t k = 0; k + 8 <= g->kc_now; k += 8)
+  int64_t full = cols / 8 * 8;
+  for (int64_t k = 0; k + 8 <= g->kc_now; k += 8) {
+    int line_starts = (k * size & 63) == 0;    /* k is the first element of a line */
     for (int64_t j = 0; j < full; j += 8) {
       __m256 r[8];
+#pragma GCC unroll 8
       for (int t = 0; t < 8; t++) {
         const char* column = at(b, base + (j + t) * b->col + k);
-        if (k % per_line == 0) _mm_prefetch(column + PACK_AHEAD * 64, _MM_HINT_T0);
+        if (line_starts) _mm_prefetch(column + PACK_AHEAD * 64, _MM_HINT_T0);
         r[t] = widen8(column, b->dtype);
       }
       transpose8(r);
+#pragma GCC unroll 8
       for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * nr + j, r[t]);
     }
+  }
   return full;
 }
 
@@ -622,24 +629,33 @@ static void pack_a_pairs(const Gemm* g, uint16_t* dst, int64_t i0, int64_t rows)
 static V3 int64_t pack_a_panels(const Gemm* g, float* dst, int64_t i0, int64_t rows) {
   const tilec_gemm_operand* a = &g->p->a;
   int mr = g->u.mr, size = element_bytes(a->dtype);
-  int64_t kc = g->kc_now, full = rows / mr * mr, per_line = 64 / size;
+  int64_t kc = g->kc_now, full = rows / mr * mr;
   int64_t base = g->batch * a->batch + (g->m0 + i0) * a->row + g->pc;
   for (int64_t i = 0; i < full; i += mr) {
     float* panel = dst + i * kc;
-    for (int64_t k = 0; k + 8 <= kc; k += 8)
+    for (int64_t k = 0; k + 8 <= kc; k += 8) {
+      int line_starts = (k * size & 63) == 0;    /* k is the first element of a line */
       for (int r0 = 0; r0 < mr; r0 += 8) {
         int lanes = mr - r0 < 8 ? mr - r0 : 8;
         __m256 r[8];
+#pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
           const char* row = at(a, base + (i + r0 + t) * a->row + k);
-          if (t < lanes && k % per_line == 0) _mm_prefetch(row + PACK_AHEAD * 64, _MM_HINT_T0);
+          if (t < lanes && line_starts) _mm_prefetch(row + PACK_AHEAD * 64, _MM_HINT_T0);
           r[t] = t < lanes ? widen8(row, a->dtype) : _mm256_setzero_ps();
         }
         transpose8(r);
+        if (lanes == 8) {
+#pragma GCC unroll 8
+          for (int t = 0; t < 8; t++) _mm256_storeu_ps(panel + (k + t) * mr + r0, r[t]);
+          continue;
+        }
         __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 8
         for (int t = 0; t < 8; t++) _mm256_maskstore_ps(panel + (k + t) * mr + r0, mask, r[t]);
       }
+    }
   }
   return full;
 }
