@@ -110,7 +110,7 @@ static void narrow(void* dst, const float* src, int dtype, int64_t n) {
 
 /* exp(x) within 2 float32 ulp: 2**n * e**r, |r| <= ln(2) / 2, a degree-6 polynomial; -inf
  * gives 0. */
-static V3 __m256 exp8(__m256 x) {
+INLINE V3 __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-104.0f), hi = _mm256_set1_ps(88.7f);
   __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
@@ -175,29 +175,33 @@ typedef struct {
   int64_t row0, rows, k_base, v_base, first, last, end;
 } Span;
 
-/* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to 4) and all BM queries, from the
- * queries transposed (qt[c][i], zero past the task's rows) and the keys' rows (kb[j][c]). */
+#define KEYS_V3 6   /* keys of block_scores' tile: 12 sums, 2 queries' vectors, a key */
+
+/* st[j][i] = q[i] . k[j] for keys j < cols (rounded up to KEYS_V3, at most BN) and all BM
+ * queries, from the queries transposed (qt[c][i], zero past the task's rows) and the keys'
+ * rows (kb[j][c]). */
 static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t cols,
                             int64_t d, int64_t queries) {
-  for (int64_t j0 = 0; j0 < cols; j0 += 4) {
-    const float* k[4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
+  for (int64_t j0 = 0; j0 < cols; j0 += KEYS_V3) {
+    const float* k[KEYS_V3];
+    #pragma GCC unroll 8
+    for (int r = 0; r < KEYS_V3; r++) k[r] = kb + (j0 + r < cols ? j0 + r : cols - 1) * d;
     for (int64_t i = 0; i < queries; i += 16) {
-      __m256 acc[4][2];
-      #pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      __m256 acc[KEYS_V3][2];
+      #pragma GCC unroll 8
+      for (int r = 0; r < KEYS_V3; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
       for (int64_t c = 0; c < d; c++) {
         __m256 q0 = _mm256_loadu_ps(qt + c * BM + i), q1 = _mm256_loadu_ps(qt + c * BM + i + 8);
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
+        #pragma GCC unroll 8
+        for (int r = 0; r < KEYS_V3; r++) {
           __m256 kr = _mm256_broadcast_ss(k[r] + c);
           acc[r][0] = _mm256_fmadd_ps(kr, q0, acc[r][0]);
           acc[r][1] = _mm256_fmadd_ps(kr, q1, acc[r][1]);
         }
       }
-      #pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) {
+      #pragma GCC unroll 8
+      for (int r = 0; r < KEYS_V3; r++) {
+        if (j0 + r >= BN) break;
         _mm256_storeu_ps(st + (j0 + r) * BM + i, acc[r][0]);
         _mm256_storeu_ps(st + (j0 + r) * BM + i + 8, acc[r][1]);
       }
@@ -330,8 +334,17 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
                               float* o, int64_t rows, int64_t cols, int64_t dv) {
   for (int64_t r = 0; r < rows; r++) {
     const float* s = scores + r * t;
-    float top = m[r];
-    for (int64_t j = 0; j < cols; j++) top = s[j] > top ? s[j] : top;
+    __m256 most = _mm256_set1_ps(m[r]), most2 = most;
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16) {     /* two chains: the max's latency halved */
+      most = _mm256_max_ps(most, _mm256_loadu_ps(s + j));
+      most2 = _mm256_max_ps(most2, _mm256_loadu_ps(s + j + 8));
+    }
+    float lanes[8], top;
+    _mm256_storeu_ps(lanes, _mm256_max_ps(most, most2));
+    top = lanes[0];
+    for (int k = 1; k < 8; k++) top = lanes[k] > top ? lanes[k] : top;
+    for (; j < cols; j++) top = s[j] > top ? s[j] : top;
     float* w = sb + r * BN;
     if (top == -INFINITY) {          /* every score so far masked: nothing to add */
       memset(w, 0, BN * sizeof(float));
@@ -339,13 +352,11 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
     }
     float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top), sum = 0.0f;
     __m256 vtop = _mm256_set1_ps(top), vsum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= cols; j += 8) {
+    for (j = 0; j + 8 <= cols; j += 8) {
       __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vtop));
       _mm256_storeu_ps(w + j, e);
       vsum = _mm256_add_ps(vsum, e);
     }
-    float lanes[8];
     _mm256_storeu_ps(lanes, vsum);
     for (int k = 0; k < 8; k++) sum += lanes[k];
     for (; j < cols; j++) sum += (w[j] = exp1(s[j] - top));
@@ -1002,6 +1013,31 @@ static V4 void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo
   }
 }
 
+/* out[i * ldo + j] = in[j * ldi + i] for i, j < 8 (x86-64-v3): 8 loads, 24 shuffles, 8
+ * stores. */
+static V3 void transpose8(const float* in, int64_t ldi, float* out, int64_t ldo) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(in + i * ldi);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {      /* rows i, i + 1 interleaved a float at a time */
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {      /* then two floats */
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) {         /* then 128-bit halves */
+    _mm256_storeu_ps(out + k * ldo, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+    _mm256_storeu_ps(out + (k + 4) * ldo, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+  }
+}
+
 /* x86-64-v4: the block's raw scores st (keys x queries, from block_scores_v4) to weights in
  * sb (queries x keys), 16 rows at a time: transposed, through the kernel's scores function
  * and softmax_row while they are in L1. */
@@ -1046,8 +1082,9 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
       block_weights_v4(p, x, row0, rows, j0, cols);
     } else {
       block_scores(x->qt, kb, x->st, cols, p->d, (rows + 15) / 16 * 16);
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < cols; j++) x->sb[r * BN + j] = x->st[j * BM + r];
+      for (int64_t j = 0; j < cols; j += 8)   /* st's rows past cols: stale, never read */
+        for (int64_t r = 0; r < rows; r += 8)
+          transpose8(x->st + j * BM + r, BM, x->sb + r * BN + j, BN);
       block_epilogue(p, x->sb, x->scores, row0, rows, j0, cols);
       online_softmax(x->scores, BN, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
     }
