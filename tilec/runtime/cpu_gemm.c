@@ -859,7 +859,8 @@ static int gemm_packed(const tilec_gemm_problem* p) {
 typedef struct {
   const tilec_gemm_problem* p;
   int64_t batch;
-  const float* a;          /* the batch's rows of A, widened: m x k */
+  const float* a;          /* the batch's rows of A, widened: k x m for B's rows (A
+                            * transposed: a row of B's m factors in one line), else m x k */
   int64_t width;           /* columns per item */
   int64_t splits, rows;    /* B's rows: splits of K of `rows` rows each */
   float* sums;             /* B's rows: splits x m x n, the splits' sums */
@@ -893,7 +894,7 @@ typedef struct {
   int64_t rows;      /* rows in the chunk */
   int dtype;
   const float* a; /* A's element at the group's first row and the chunk's first row of B */
-  int64_t k;      /* A's row length */
+  int64_t m;      /* floats from A's elements for a row of B to those for the next */
   float* acc;     /* the group's first row of sums, at the item's first column */
   int64_t ld;
 } Chunk;
@@ -909,7 +910,7 @@ static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int 
   const char* line0 = ch->line0;
   const float* a = ch->a;
   float* acc = ch->acc;
-  int64_t row = ch->row, k = ch->k, ld = ch->ld;
+  int64_t row = ch->row, m = ch->m, ld = ch->ld;
   __m512 c[32]; /* c[i * NV + u]: R x NV <= 32 (fixed sizes: a VLA stays in memory) */
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
@@ -922,7 +923,7 @@ static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int 
     for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
-      __m512 ai = _mm512_set1_ps(a[i * k + r]);
+      __m512 ai = _mm512_set1_ps(a[r * m + i]);
 #pragma GCC unroll 16
       for (int u = 0; u < NV; u++) c[i * NV + u] = _mm512_fmadd_ps(ai, bv[u], c[i * NV + u]);
     }
@@ -939,7 +940,7 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
   const char* line0 = ch->line0;
   const float* a = ch->a;
   float* acc = ch->acc;
-  int64_t row = ch->row, k = ch->k, ld = ch->ld;
+  int64_t row = ch->row, m = ch->m, ld = ch->ld;
   __m256 c[16]; /* c[i * NV + u]: R x NV <= 16 */
 #pragma GCC unroll 16
   for (int i = 0; i < R; i++)
@@ -952,7 +953,7 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
     for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
 #pragma GCC unroll 16
     for (int i = 0; i < R; i++) {
-      __m256 ai = _mm256_broadcast_ss(a + i * k + r);
+      __m256 ai = _mm256_broadcast_ss(a + r * m + i);
 #pragma GCC unroll 16
       for (int u = 0; u < NV; u++) c[i * NV + u] = _mm256_fmadd_ps(ai, bv[u], c[i * NV + u]);
     }
@@ -1055,7 +1056,7 @@ static void stream_rows(const Stream* s, int64_t item) {
     for (int64_t i0 = 0; i0 < p->m; i0 += m) {
       m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
       Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
-                 rows, b->dtype, s->a + i0 * p->k + r, p->k, acc + i0 * p->n, p->n};
+                 rows, b->dtype, s->a + r * p->m + i0, p->m, acc + i0 * p->n, p->n};
       if (v4)
         stream_chunk_v4(&c, m, vectors);
       else
@@ -1064,7 +1065,7 @@ static void stream_rows(const Stream* s, int64_t item) {
     for (int64_t j = vectors * lanes; j < cols; j++)
       for (int64_t kk = r; kk < r + rows; kk++) {
         float bj = element(b, s->batch * b->batch + kk * b->row + j0 + j);
-        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += s->a[i * p->k + kk] * bj;
+        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += s->a[kk * p->m + i] * bj;
       }
   }
 }
@@ -1261,17 +1262,32 @@ static void plan_columns(Stream* s) {
   if (shared >= 64 && shared < s->width) s->width = shared;
 }
 
-/* The batch's rows of A, widened into s->a (m x k). */
-static void widen_a(const Stream* s, float* a) {
+/* The batch's rows of A, widened into s->a: m x k, or k x m (``transposed``): the m
+ * factors of a row of B side by side, where rows of A k apart (k a multiple of 1024, say)
+ * would all fall in one set of L1. */
+static void widen_a(const Stream* s, float* a, int transposed) {
   const tilec_gemm_problem* p = s->p;
   const tilec_gemm_operand* x = &p->a;
+  float line[1024];
   for (int64_t i = 0; i < p->m; i++) {
-    if (x->col == 1) {
-      widen(a + i * p->k, at(x, s->batch * x->batch + i * x->row), x->dtype, p->k);
+    int64_t base = s->batch * x->batch + i * x->row;
+    if (x->col == 1 && !transposed) {
+      widen(a + i * p->k, at(x, base), x->dtype, p->k);
       continue;
     }
-    for (int64_t k = 0; k < p->k; k++)
-      a[i * p->k + k] = element(x, s->batch * x->batch + i * x->row + k * x->col);
+    for (int64_t k0 = 0; k0 < p->k; k0 += 1024) {
+      int64_t n = p->k - k0 < 1024 ? p->k - k0 : 1024;
+      if (x->col == 1)
+        widen(line, at(x, base + k0), x->dtype, n);
+      else
+        for (int64_t k = 0; k < n; k++) line[k] = element(x, base + (k0 + k) * x->col);
+      for (int64_t k = 0; k < n; k++) {
+        if (transposed)
+          a[(k0 + k) * p->m + i] = line[k];
+        else
+          a[i * p->k + k0 + k] = line[k];
+      }
+    }
   }
 }
 
@@ -1284,7 +1300,7 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   if (!rows) plan_columns(&s);
   int64_t blocks = (p->n + s.width - 1) / s.width;
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
-    widen_a(&s, a);
+    widen_a(&s, a, rows);
     if (!rows) {
       tilec_parallel_items(blocks, column_items, &s);
       continue;
