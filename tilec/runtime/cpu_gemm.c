@@ -1146,7 +1146,7 @@ static V4 void dots_columns_v4(const Stream* s, int64_t j0, int64_t cols, float*
     dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_BF16);
 }
 
-/* x86-64-v3: dots_v4 on 8 lanes, the last k % 8 elements one at a time. */
+/* x86-64-v3: dots_v4 on 8 lanes, the last k % 16 elements one at a time. */
 static ALWAYS_INLINE V3 void dots_v3(const Stream* s, int64_t j0, int64_t cols, float* acc,
                                      int64_t ld, const int dtype) {
   const tilec_gemm_problem* p = s->p;
