@@ -873,11 +873,19 @@ typedef struct {
 #define STREAM_ROWS_1 8     /* the same for one row of A: each row a line or two a step */
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) {
-  if (dtype == TILEC_GEMM_F32) return _mm512_loadu_ps((const float*)line + 16 * v);
-  __m256i h = _mm256_loadu_si256((const __m256i*)line + v);
+/* 16 elements of B from element e of `line` on (float32, float16 or bfloat16) as float32;
+ * lanes past live 0. */
+static ALWAYS_INLINE V4 __m512 b_elements(const void* line, int64_t e, int dtype,
+                                         __mmask16 live) {
+  if (dtype == TILEC_GEMM_F32) return _mm512_maskz_loadu_ps(live, (const float*)line + e);
+  __m256i h = _mm256_maskz_loadu_epi16(live, (const uint16_t*)line + e);
   if (dtype == TILEC_GEMM_F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Vector v (16 elements) of a line of B. */
+static ALWAYS_INLINE V4 __m512 b_vector(const void* line, int64_t v, int dtype) {
+  return b_elements(line, 16 * v, dtype, 0xffff);
 }
 
 static ALWAYS_INLINE V3 __m256 b_vector8(const void* line, int64_t v, int dtype) {
@@ -1084,16 +1092,6 @@ static V3 float sum8(__m256 v) {
 #define DOT_COLUMNS_V4 8   /* 1.09-1.19x the bandwidth of 4 in bfloat16 and float16 */
 #define DOT_COLUMNS 4
 
-/* 16 elements of B's column from element e on (float32, float16 or bfloat16); lanes past
- * live 0. */
-static ALWAYS_INLINE V4 __m512 column16(const char* column, int64_t e, int dtype,
-                                        __mmask16 live) {
-  if (dtype == TILEC_GEMM_F32) return _mm512_maskz_loadu_ps(live, (const float*)column + e);
-  __m256i h = _mm256_maskz_loadu_epi16(live, (const uint16_t*)column + e);
-  if (dtype == TILEC_GEMM_F16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* acc[i * ld + j] = A's row i . column j of B for the columns [j0, j0 + cols) of the batch,
  * B's element type `dtype` (a constant where inlined). */
 static ALWAYS_INLINE V4 void dots_v4(const Stream* s, int64_t j0, int64_t cols, float* acc,
@@ -1117,8 +1115,8 @@ static ALWAYS_INLINE V4 void dots_v4(const Stream* s, int64_t j0, int64_t cols, 
         __m512 a0 = _mm512_loadu_ps(a + e), a1 = _mm512_loadu_ps(a + e + 16);
 #pragma GCC unroll 8
         for (int c = 0; c < DOT_COLUMNS_V4; c++) {
-          sum[c][0] = _mm512_fmadd_ps(column16(w[c], e, dtype, 0xffff), a0, sum[c][0]);
-          sum[c][1] = _mm512_fmadd_ps(column16(w[c], e + 16, dtype, 0xffff), a1, sum[c][1]);
+          sum[c][0] = _mm512_fmadd_ps(b_elements(w[c], e, dtype, 0xffff), a0, sum[c][0]);
+          sum[c][1] = _mm512_fmadd_ps(b_elements(w[c], e + 16, dtype, 0xffff), a1, sum[c][1]);
         }
       }
       for (; e < k; e += 16) {
@@ -1126,7 +1124,7 @@ static ALWAYS_INLINE V4 void dots_v4(const Stream* s, int64_t j0, int64_t cols, 
         __m512 a0 = _mm512_maskz_loadu_ps(live, a + e);
 #pragma GCC unroll 8
         for (int c = 0; c < DOT_COLUMNS_V4; c++)
-          sum[c][0] = _mm512_fmadd_ps(column16(w[c], e, dtype, live), a0, sum[c][0]);
+          sum[c][0] = _mm512_fmadd_ps(b_elements(w[c], e, dtype, live), a0, sum[c][0]);
       }
 #pragma GCC unroll 8
       for (int c = 0; c < DOT_COLUMNS_V4; c++)
