@@ -171,6 +171,44 @@ def test_half_types_match_the_reference_on_the_avx512_code():
     agrees_in_child("x86-64-v4", ("bf16", "bf16_shared", "f16", "f16_wide"))
 
 
+def cpu_flags() -> str:
+    from pathlib import Path
+    return Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+
+
+def test_bfloat16_matches_the_reference_on_the_dot_products():
+    """TILEC_CPU=x86-64-v4+bf16 keeps AMX off but not AVX512-BF16: bfloat16 operands of more
+    than 16 rows run vdpbf16ps on AMX's packing (14 x 32 tiles, K padded to blocks of 32)."""
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU has no AVX512-BF16")
+    agrees_in_child("x86-64-v4+bf16", ("bf16", "bf16_shared"))
+
+
+FLUSH_CHILD = """
+import sys
+import ml_dtypes, numpy as np, tilec
+sys.path.insert(0, sys.argv[1])
+import test_gemm
+lib = tilec.compile_string(test_gemm.SOURCE, "gemm.tile")
+x = np.full((64, 64), 2.0 ** -130, ml_dtypes.bfloat16)
+print(float(lib.bf16(x, np.full((64, 64), 2.0 ** 100, ml_dtypes.bfloat16))[0, 0]))
+"""
+
+
+@pytest.mark.parametrize("cpu,want", [("x86-64-v4", 2.0 ** -24), ("x86-64-v4+bf16", 0.0)])
+def test_the_dot_products_run_where_asked(cpu, want):
+    """Which kernel ran, seen in a subnormal bfloat16: vdpbf16ps (like AMX) reads it as zero,
+    the FMA kernel widens it exactly (64 terms of 2**-130 * 2**100 = 2**-24, far below
+    float32's atol: both are within the contract)."""
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip("this CPU has no AVX512-BF16")
+    done = subprocess.run([sys.executable, "-c", FLUSH_CHILD, os.path.dirname(__file__)],
+                          env=dict(os.environ, TILEC_CPU=cpu), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout) == want
+
+
 def test_bfloat16_tiles_at_their_edges(lib):
     """The AMX path's K blocks of 32 and tiles of 32 x 32 (the AVX-512 path where the CPU
     has no AMX): K of 31, 33 and 1000, M and N across tile edges, a K block override of 48."""

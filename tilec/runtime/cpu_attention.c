@@ -16,7 +16,7 @@
  * weights, the keys and values of a key head packed once, tile by tile, for all the threads
  * where its row blocks keep them all busy.  A task of at most FEW rows (a decode) streams its
  * keys and values once instead (keys_few, and keys_few_v3 on x86-64-v3 where d and dv are
- * multiples of 8).
+ * multiples of 8; bfloat16 on AVX512-BF16's vdpbf16ps where the CPU has it, keys_few_dp).
  */
 #include "cpu_attention.h"
 
@@ -30,6 +30,7 @@
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AMX __attribute__(( \
     target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define DP __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 #define BM 64           /* query rows per task (a multiple of 32) */
 #define BN 128          /* keys per block (a multiple of 16) */
 #define BNA 256         /* keys per block on AMX (a multiple of 32): its fixed costs per
@@ -407,8 +408,8 @@ INLINE V4 __m512 exp16_bf16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, y, n);
 }
 
-/* How softmax_row stores 16 weights at w + j: float32, or (store_bf16, in an AMX function)
- * rounded to bfloat16 for AMX's p v.  A constant where inlined, so the call disappears. */
+/* How softmax_row stores 16 weights at w + j: float32, or (store_bf16, in an AVX512-BF16
+ * function) rounded to bfloat16 for the bfloat16 p v of AMX or vdpbf16ps.  A constant where inlined, so the call disappears. */
 typedef void (*weights_store)(void* w, int64_t j, __m512 e);
 
 INLINE V4 void store_f32(void* w, int64_t j, __m512 e) { _mm512_storeu_ps((float*)w + j, e); }
@@ -598,7 +599,7 @@ static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int
 }
 
 /* softmax_row's weights rounded to bfloat16 (as vcvtneps2bf16 rounds: to nearest even). */
-INLINE AMX void store_bf16(void* w, int64_t j, __m512 e) {
+INLINE DP void store_bf16(void* w, int64_t j, __m512 e) {
   _mm256_storeu_si256((__m256i*)((uint16_t*)w + j), (__m256i)_mm512_cvtneps_pbh(e));
 }
 
@@ -802,15 +803,10 @@ INLINE V4 void few_block(const tilec_attention_problem* p, Scratch* x, const Spa
   few_rest(p, x, w, j0, cols, dtype);
 }
 
-static V4 void few_rest_bf16(const tilec_attention_problem* p, Scratch* x, const Span* w,
-                             int64_t j0, int64_t cols) {
-  few_rest(p, x, w, j0, cols, TILEC_ATTENTION_BF16);
-}
-
 /* few_scores for bfloat16 queries (qa: rows dp apart, zero past d) and keys: 32 products of
  * pairs a vdpbf16ps, as AMX's tiles compute them. */
-INLINE AMX void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k, const char* v,
-                              float* st, int rows, int64_t cols, int64_t d, int64_t dv) {
+INLINE DP void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k, const char* v,
+                             float* st, int rows, int64_t cols, int64_t d, int64_t dv) {
   for (int64_t j = 0; j < cols; j++) {
     const uint16_t* kj = k + j * d;
     prefetch_key((const char*)kj, v + j * dv * 2, 2 * d);
@@ -832,28 +828,84 @@ INLINE AMX void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k,
   }
 }
 
+/* o[r] += sum_j w[r * BN + j] v[j] for ``rows`` <= 4 (o rows dv apart) with bfloat16 weights
+ * (zero from cols to the next even key) and values: 32 columns at a time over all the keys,
+ * keys j and j + 1 interleaved into pairs (vpunpck{l,h}wd: per 128-bit lane, columns 0-3 in
+ * lo's and 4-7 in hi's) for a vdpbf16ps each, and the columns put back in order once at the
+ * end. */
+INLINE DP void few_values_dp(const uint16_t* w, const uint16_t* v, float* o, int rows,
+                             int64_t cols, int64_t dv) {
+  const __m512i lo_order = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
+                                             22, 23);
+  const __m512i hi_order = _mm512_add_epi32(lo_order, _mm512_set1_epi32(8));
+  for (int64_t c = 0; c < dv; c += 32) {
+    __mmask32 live = dv - c >= 32 ? 0xffffffffu : (1u << (dv - c)) - 1;
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const uint16_t* vc = v + c;
+    for (int64_t j = 0; j < cols; j += 2) {
+      __m512i r0 = _mm512_maskz_loadu_epi16(live, vc + j * dv);
+      __m512i r1 = j + 1 < cols ? _mm512_maskz_loadu_epi16(live, vc + (j + 1) * dv)
+                                : _mm512_setzero_si512();
+      __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(r0, r1);
+      __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(r0, r1);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++)
+        if (r < rows) {
+          uint32_t pair;
+          memcpy(&pair, w + r * BN + j, sizeof pair);
+          __m512bh wr = (__m512bh)_mm512_set1_epi32((int)pair);
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], wr, lo);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], wr, hi);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+      if (r < rows) {
+        float* at = o + r * dv + c;
+        __m512 first = _mm512_permutex2var_ps(acc[r][0], lo_order, acc[r][1]);
+        __m512 second = _mm512_permutex2var_ps(acc[r][0], hi_order, acc[r][1]);
+        __mmask16 live0 = (__mmask16)live, live1 = (__mmask16)(live >> 16);
+        _mm512_mask_storeu_ps(at, live0, _mm512_add_ps(_mm512_maskz_loadu_ps(live0, at), first));
+        _mm512_mask_storeu_ps(at + 16, live1,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(live1, at + 16), second));
+      }
+  }
+}
+
 /* The key blocks of a task of at most FEW rows where q, k and v are bfloat16 and the CPU has
- * AMX (and so AVX512_BF16). */
-static AMX void keys_few_dp(const tilec_attention_problem* p, Scratch* x, const Span* w) {
-  int64_t d = p->d, dp = up32(d);
+ * AVX512_BF16: both products on vdpbf16ps, the weights rounded to bfloat16 (as on AMX). */
+static DP void keys_few_dp(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+  int64_t d = p->d, dv = p->dv, dp = up32(d);
   pack_q(x->qa, (const uint16_t*)p->q + w->row0 * d, w->rows, d, dp);
   for (int64_t j0 = w->first; j0 < w->last; j0 += BN) {
     int64_t cols = w->last - j0 < BN ? w->last - j0 : BN;
     const uint16_t* k = (const uint16_t*)p->k + w->k_base + j0 * d;
-    const char* v = at(p->v, TILEC_ATTENTION_BF16, w->v_base + j0 * p->dv);
+    const uint16_t* v = (const uint16_t*)p->v + w->v_base + j0 * dv;
     for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
-#define SCORES(n) few_scores_dp(x->qa + r0 * dp, dp, k, v, x->st + r0 * BN, n, cols, d, p->dv)
+#define SCORES(n) \
+  few_scores_dp(x->qa + r0 * dp, dp, k, (const char*)v, x->st + r0 * BN, n, cols, d, dv)
       FEW_ROWS(SCORES, w->rows - r0)
 #undef SCORES
     }
-    few_rest_bf16(p, x, w, j0, cols);
+    block_epilogue(p, x->st, x->scores, w->row0, w->rows, j0, cols);
+    for (int64_t r = 0; r < w->rows; r++)
+      softmax_row(x->scores + r * BN, cols, x->m + r, x->l + r, x->o + r * dv, dv,
+                  x->pa + r * BN, BN, store_bf16, 1);
+    for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
+#define VALUES(n) few_values_dp(x->pa + r0 * BN, v, x->o + r0 * dv, n, cols, dv)
+      FEW_ROWS(VALUES, w->rows - r0)
+#undef VALUES
+    }
   }
 }
 
 /* The key blocks [first, last) of a task of at most FEW rows; o is rows of dv.  The keys and
  * values have one element type (else keys_fma). */
 static V4 void keys_few(const tilec_attention_problem* p, Scratch* x, const Span* w) {
-  if (p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx()) {
+  if (p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16 &&
+      tilec_cpu_bf16()) {
     keys_few_dp(p, x, w);
     return;
   }

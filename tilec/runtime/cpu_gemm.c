@@ -17,9 +17,11 @@
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
  * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
  * ones (bfloat16 operands, and float16 split into bfloat16 parts) where tilec_cpu_amx() says
- * so: a run-time check inside the v4 code, not a code level of its own.  AVX512-BF16's
- * vdpbf16ps is not used: on this family it retires one every two cycles, half the float32
- * FMA rate.
+ * so, and where it does not but tilec_cpu_bf16() does, bfloat16 operands run AVX512-BF16's
+ * vdpbf16ps (twice the float32 FMA rate on AMD's Zen 4; on Intel's Sapphire Rapids half of
+ * it, but AMX comes first there): run-time checks inside the v4 code, not code levels of
+ * their own.  float16 stays widened without AMX: split into bfloat16 parts it needs four dot
+ * products, slower than the float32 FMA everywhere.
  */
 #define _GNU_SOURCE
 #include "cpu_gemm.h"
@@ -33,6 +35,7 @@
 #define V3 __attribute__((target("avx2,fma,f16c")))
 #define V4 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AMX __attribute__((target("amx-tile,amx-bf16")))
+#define DP __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 #define MAX_MR 32
 #define MAX_NR 32
 #define AMX_K 32 /* the K of one tile product: 16 pairs of bfloat16 */
@@ -45,12 +48,13 @@ typedef void (*micro_fn)(int64_t kc, const float* a, const float* b, float* c, i
                          int accumulate, const float* next);
 
 /* pairs: the operands are packed as bfloat16 pairs along K in blocks of AMX_K (AMX's
- * layout: A's rows of AMX_K elements, B's rows of pairs), not as float32; split: float16
+ * layout: A's rows of AMX_K elements, B's rows of pairs), not as float32; tiles: the
+ * micro-kernel runs on AMX's tiles (configured per thread around it); split: float16
  * operands, each element x packed as two bfloat16, hi (x with its low 16 bits of float32
  * cleared) and lo = x - hi, which hold it exactly (x has 11 significant bits, hi 8, lo the
  * other 3), hi's block of AMX_K then lo's */
 typedef struct {
-  int mr, nr, pairs, split;
+  int mr, nr, pairs, tiles, split;
   micro_fn micro;
 } Micro;
 
@@ -237,6 +241,43 @@ static AMX void micro_amx_split_32x32(int64_t kc, const float* a, const float* b
   c_tiles_store(c, ldc);
 }
 
+/* AVX512-BF16, bfloat16 operands packed as for AMX (Micro.pairs): C[14 x 32] (+)= A panel *
+ * B panel, for each pair of K a vdpbf16ps per row and 16 columns (the two products of
+ * bfloat16, exact in float32, added into the float32 accumulator).  Per K block of AMX_K,
+ * A's panel holds 14 rows of AMX_K elements and B's 16 rows of 32 column pairs; K is zero
+ * past kc up to the block's end. */
+static DP void micro_dp_14x32(int64_t kc, const float* a, const float* b, float* c,
+                              int64_t ldc, int accumulate, const float* next) {
+  const uint32_t* ap = (const uint32_t*)a; /* pairs of A's rows */
+  const uint32_t* bp = (const uint32_t*)b; /* pairs of B's columns */
+  __m512 acc[14][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < 14; i++) {
+    acc[i][0] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    acc[i][1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; k += AMX_K, ap += 14 * AMX_K / 2, bp += AMX_K / 2 * 32)
+    for (int pair = 0; pair < AMX_K / 2; pair++) {
+      if (next != NULL && k == 0 && pair < 14) {
+        prefetch_line(next, ldc, 2 * pair, 2);
+        prefetch_line(next, ldc, 2 * pair + 1, 2);
+      }
+      __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + pair * 32);
+      __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + pair * 32 + 16);
+#pragma GCC unroll 14
+      for (int i = 0; i < 14; i++) {
+        __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i * AMX_K / 2 + pair]);
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+      }
+    }
+#pragma GCC unroll 14
+  for (int i = 0; i < 14; i++) {
+    _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+  }
+}
+
 static AMX void amx_begin(void) { _tile_loadconfig(amx_config); }
 static AMX void amx_end(void) { _tile_release(); }
 
@@ -266,15 +307,17 @@ static V4 int nonfinite_f16(const tilec_gemm_operand* x, int64_t batches, int64_
 
 static Micro micro_for(const tilec_gemm_problem* p) {
   if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16)
-    return (Micro){32, 32, 1, 0, micro_amx_32x32};
+    return (Micro){32, 32, 1, 1, 0, micro_amx_32x32};
   /* float16 B with neither rows nor columns contiguous stays on the FMA kernel (no split
    * packing for it), and so do operands with an infinity or a NaN */
   if (tilec_cpu_amx() && p->a.dtype == TILEC_GEMM_F16 && p->b.dtype == TILEC_GEMM_F16 &&
       (p->b.col == 1 || p->b.row == 1) && !nonfinite_f16(&p->a, p->batch, p->m, p->k) &&
       !nonfinite_f16(&p->b, p->batch, p->k, p->n))
-    return (Micro){32, 32, 1, 1, micro_amx_split_32x32};
-  if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, 0, micro_14x32};
-  return (Micro){6, 16, 0, 0, micro_6x16};
+    return (Micro){32, 32, 1, 1, 1, micro_amx_split_32x32};
+  if (tilec_cpu_bf16() && p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16)
+    return (Micro){14, 32, 1, 0, 0, micro_dp_14x32};
+  if (tilec_cpu_level() >= 4) return (Micro){14, 32, 0, 0, 0, micro_14x32};
+  return (Micro){6, 16, 0, 0, 0, micro_6x16};
 }
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -747,7 +790,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
     __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
     return;
   }
-  if (g->u.pairs) amx_begin();
+  if (g->u.tiles) amx_begin();
   for (int64_t item = first; item < last; item++) {
     int64_t i0 = item / g->slices * g->mc, s0 = item % g->slices * g->slice;
     int64_t rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
@@ -773,7 +816,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
                      g->batch * g->rows + g->m0 + i0, g->batch * g->rows + g->m0 + i0 + rows,
                      g->jc + s0, g->jc + s1);
   }
-  if (g->u.pairs) amx_end();
+  if (g->u.tiles) amx_end();
 }
 
 /* Items: row blocks by column slices, at least four per thread where the block allows, and

@@ -142,6 +142,24 @@ int tilec_cpu_amx(void) {
   return cpu_amx;
 }
 
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int cpu_bf16;
+
+static void find_bf16(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  const char* env = getenv("TILEC_CPU");
+  if (tilec_cpu_level() < 4 || (env != NULL && strcmp(env, "x86-64-v4+bf16") != 0)) return;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return;
+  cpu_bf16 = (a >> 5) & 1; /* AVX512_BF16 */
+#endif
+}
+
+int tilec_cpu_bf16(void) {
+  pthread_once(&bf16_once, find_bf16);
+  return cpu_bf16;
+}
+
 static void run_chunks(const Launch* launch) {
   int64_t c;
   while ((c = __atomic_fetch_add(&pool.next, 1, __ATOMIC_RELAXED)) < launch->chunks) {

@@ -52,6 +52,10 @@ int tilec_cpu_level_lowered(void); /* whether TILEC_CPU lowered it */
  * AMX-TILE and AMX-BF16, the OS granting the tile state); 0 whenever TILEC_CPU is set, so
  * that TILEC_CPU=x86-64-v4 runs the AVX-512 code alone. */
 int tilec_cpu_amx(void);
+/* Whether the CPU has AVX512-BF16's dot products of bfloat16 pairs (x86-64-v4 with
+ * AVX512_BF16): 0 whenever TILEC_CPU is set, except TILEC_CPU=x86-64-v4+bf16, which runs the
+ * AVX-512 code with them but without AMX. */
+int tilec_cpu_bf16(void);
 
 /* Set this thread's error message (printf-style) and return code. */
 int tilec_fail(int code, const char* format, ...) __attribute__((format(printf, 2, 3)));
