@@ -10,7 +10,7 @@ still counts its memory stalls but not its waits for a core.  Run:
 AMX).  Every implementation on one thread (``TILEC_NUM_THREADS``, ``torch.set_num_threads``
 and ``OPENBLAS_NUM_THREADS`` set to 1 here), outputs preallocated, the best of ``--repeat``
 calls after one; a peer's cell: CPU ms (tilec's speed-up over it).  Peak: one core's FMA
-rate at the nominal clock, as ``bench/gemm.py`` computes it for all cores.
+rate, measured as ``bench/gemm.py`` measures it for all cores.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def main() -> int:
     peers = Peers(not args.no_torch)
     if peers.torch is not None:
         peers.torch.set_num_threads(1)
-    peak = peak_gflops(16 if level == "x86-64-v4" else 8)[0] / len(os.sched_getaffinity(0))
+    peak = peak_gflops(16 if level == "x86-64-v4" else 8, threads=1)[0]
     print(f"CPU code: {level}, one thread; one core's peak {peak:.0f} GFLOP/s; "
           f"{amx_line(level)}; load average {os.getloadavg()[0]:.1f}.\n")
     print("| M | N | K | dtype | tilec CPU ms | GFLOP per CPU-s | % of peak | torch.matmul "

@@ -13,9 +13,10 @@ bytes per second against a copy's over as many bytes, measured right after it
 and written), for the weight stored [K, N] (``x @ w``) and, in its last column, stored [N, K]
 as a Linear layer's is (``x @ transpose(w)``, the same bytes reshaped).
 
-Peak: cores (this process's CPUs) x 2 FMA units x lanes (16 float32 for AVX-512, 8 for AVX2,
-as the code tilec runs) x 2 flops x the clock (``cpu MHz`` of /proc/cpuinfo, the nominal
-clock; turbo makes real peaks higher, so the fraction is an upper bound).
+Peak: measured (``tilec/bench/peak.py``): on each of this process's CPUs a loop of
+independent float32 FMAs on vectors of the code tilec runs (16 lanes for AVX-512, 8 for
+AVX2), the best of three; nominal formulas miscount (AMD's Zen 4 runs a 512-bit FMA on two
+256-bit units; turbo passes the nominal clock).
 
     tilec bench --ops gemm [--full] [--quick] [--no-torch] [--dtypes D,..] [--shapes MxNxK,..]
                            [--no-fused] [--repeat N] [-o FILE]
@@ -38,6 +39,7 @@ import ml_dtypes
 import numpy as np
 
 import tilec
+from tilec.bench.peak import fma_peak
 
 SOURCE = """
 func mm_f32(x: Tensor<f32>[m, k], w: Tensor<f32>[k, n]) -> Tensor<f32>[m, n] { return x @ w; }
@@ -120,15 +122,22 @@ def best(run: Callable[[], Any], repeat: int,
     return min(times)
 
 
-def peak_gflops(lanes: int) -> tuple[float, str]:
-    cores = len(os.sched_getaffinity(0))
+def peak_gflops(lanes: int, threads: Optional[int] = None) -> tuple[float, str]:
+    """The FMA peak of ``threads`` cores (default: this process's CPUs), measured
+    (:mod:`tilec.bench.peak`), and how it was found; where the loop cannot be built, the
+    nominal cores x 2 FMA units x lanes x 2 flops x clock (``cpu MHz`` of /proc/cpuinfo)."""
+    cores = threads or len(os.sched_getaffinity(0))
+    measured = fma_peak(lanes, cores)
+    if measured is not None:
+        return measured, (f"measured: {cores} threads of {lanes}-lane float32 FMAs in 12 "
+                          "independent chains, best of 3")
     mhz = 0.0
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("cpu MHz"):
             mhz = float(line.split(":")[1])
             break
     peak = cores * 2 * lanes * 2 * mhz / 1000
-    return peak, f"{cores} cores x 2 FMA units x {lanes} lanes x 2 flops x {mhz:.0f} MHz"
+    return peak, f"nominal: {cores} cores x 2 FMA units x {lanes} lanes x 2 flops x {mhz:.0f} MHz"
 
 
 def last_level_cache() -> int:
@@ -268,18 +277,22 @@ def ratio(peer: Optional[float], mine: float) -> str:
 
 
 def amx_line(level: str) -> str:
-    """Whether tilec's bfloat16 x bfloat16 and float16 x float16 products (beyond 16 rows)
-    run on AMX: the CPU flags of /proc/cpuinfo and TILEC_CPU unset, as the runtime decides
-    (tilec_cpu_amx)."""
+    """What tilec's bfloat16 x bfloat16 and float16 x float16 products (beyond 16 rows) run
+    on: AMX, AVX512-BF16's dot products, or float32 FMA, from the CPU flags of
+    /proc/cpuinfo and TILEC_CPU, as the runtime decides (tilec_cpu_amx, tilec_cpu_bf16)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         flags = ""
-    amx = (level == "x86-64-v4" and "amx_bf16" in flags and "amx_tile" in flags
-           and "TILEC_CPU" not in os.environ)
-    return ("bfloat16 x bfloat16 runs on AMX tiles, and float16 x float16 too, each element "
-            "split into two bfloat16 (their % of peak is of the FMA peak, so it may pass "
-            "100%)" if amx else "bfloat16 and float16 widened to float32 (no AMX)")
+    wanted = os.environ.get("TILEC_CPU")
+    if level == "x86-64-v4" and "amx_bf16" in flags and "amx_tile" in flags and wanted is None:
+        return ("bfloat16 x bfloat16 runs on AMX tiles, and float16 x float16 too, each element "
+                "split into two bfloat16 (their % of peak is of the FMA peak, so it may pass "
+                "100%)")
+    if level == "x86-64-v4" and "avx512_bf16" in flags and wanted in (None, "x86-64-v4+bf16"):
+        return ("bfloat16 x bfloat16 runs AVX512-BF16's vdpbf16ps, two products a lane (its % "
+                "of peak is of the FMA peak, so it may pass 100%); float16 widened to float32")
+    return "bfloat16 and float16 widened to float32 (no AMX)"
 
 
 def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
