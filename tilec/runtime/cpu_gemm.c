@@ -904,6 +904,9 @@ typedef struct {
   int64_t batch;
   const float* a;          /* the batch's rows of A, widened: k x m for B's rows (A
                             * transposed: a row of B's m factors in one line), else m x k */
+  int pairs;               /* B's rows, bfloat16 A and B on vdpbf16ps (dp_streams): a holds
+                            * A's pairs, (k + 1) / 2 x m words, the elements k and k + 1 of
+                            * row i at word (k / 2) m + i (zero past K) */
   int64_t width;           /* columns per item */
   int64_t splits, rows;    /* B's rows: splits of K of `rows` rows each */
   float* sums;             /* B's rows: splits x m x n, the splits' sums */
@@ -1060,6 +1063,64 @@ static V4 void stream_chunk_v4(const Chunk* c, int64_t m, int64_t vectors) {
   }
 }
 
+/* stream_group for bfloat16 A and B on vdpbf16ps (Stream.pairs): two rows of B a step, each
+ * 16 columns of the two interleaved into pairs (the second row zero past the chunk's end),
+ * against a pair of A's elements per row of A: half the instructions of the widened FMAs. */
+static ALWAYS_INLINE DP void stream_group_dp(const Chunk* ch, int64_t v, const int R,
+                                             const int NV) {
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                         9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                         17, 1, 16, 0);
+  const char* line0 = ch->line0;
+  const uint32_t* a = (const uint32_t*)ch->a;
+  float* acc = ch->acc;
+  int64_t row = ch->row, m = ch->m, ld = ch->ld;
+  __m512 c[32];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
+    for (int u = 0; u < NV; u++) c[i * NV + u] = _mm512_loadu_ps(acc + i * ld + 16 * (v + u));
+  for (int64_t r = 0; r < ch->rows; r += 2) {
+    const __m256i* line = (const __m256i*)(line0 + r * row);
+    const __m256i* next = (const __m256i*)(line0 + (r + 1) * row);
+    __m512bh bv[8];
+#pragma GCC unroll 16
+    for (int u = 0; u < NV; u++) {
+      __m256i second = r + 1 < ch->rows ? _mm256_loadu_si256(next + v + u) : _mm256_setzero_si256();
+      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(line + v + u)),
+                                        second, 1);
+      bv[u] = (__m512bh)_mm512_permutexvar_epi16(order, both);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; i++) {
+      __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[r / 2 * m + i]);
+#pragma GCC unroll 16
+      for (int u = 0; u < NV; u++) c[i * NV + u] = _mm512_dpbf16_ps(c[i * NV + u], ai, bv[u]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 16
+    for (int u = 0; u < NV; u++) _mm512_storeu_ps(acc + i * ld + 16 * (v + u), c[i * NV + u]);
+}
+
+#define FULLDP(R) \
+  case R: for (; v + NV4(R) <= vectors; v += NV4(R)) stream_group_dp(c, v, R, NV4(R)); break;
+#define LEFTDP(R) \
+  case R: for (; v < vectors; v++) stream_group_dp(c, v, R, 1); break;
+
+static DP void stream_chunk_dp(const Chunk* c, int64_t m, int64_t vectors) {
+  int64_t v = 0;
+  switch (m) {
+    FULLDP(1) FULLDP(2) FULLDP(3) FULLDP(4) FULLDP(6) FULLDP(8) FULLDP(12) FULLDP(16)
+    default: break;
+  }
+  switch (m) {
+    LEFTDP(1) LEFTDP(2) LEFTDP(3) LEFTDP(4) LEFTDP(6) LEFTDP(8) LEFTDP(12) LEFTDP(16)
+    default: break;
+  }
+}
+
 #define GROUP3(R, NV, DTYPE) stream_group8(c, v, DTYPE, R, NV)
 #define FULL3(R) \
   case R: for (; v + NV3(R) <= vectors; v += NV3(R)) GROUP3(R, NV3(R), dtype); break;
@@ -1087,6 +1148,13 @@ static V3 void stream_chunk_v3(const Chunk* c, int64_t m, int64_t vectors) {
   }
 }
 
+/* A's element (i, k) as Stream.a holds it (widened, k x m, or pairs). */
+static float a_element(const Stream* s, int64_t k, int64_t i) {
+  if (!s->pairs) return s->a[k * s->p->m + i];
+  uint32_t pair = ((const uint32_t*)s->a)[k / 2 * s->p->m + i];
+  return tilec_bf16_to_f32((uint16_t)(pair >> (16 * (k % 2))));
+}
+
 /* Item `item` of B's rows: its split's sums of its columns, zeroed, then its rows of B in
  * chunks of STREAM_ROWS (STREAM_ROWS_1 for one row of A; each chunk's columns in vectors,
  * the last few one at a time). */
@@ -1108,7 +1176,10 @@ static void stream_rows(const Stream* s, int64_t item) {
       m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
       Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
                  rows, b->dtype, s->a + r * p->m + i0, p->m, acc + i0 * p->n, p->n};
-      if (v4)
+      if (s->pairs) {   /* r is even: splits and chunks are multiples of STREAM_ROWS rows */
+        c.a = s->a + r / 2 * p->m + i0;
+        stream_chunk_dp(&c, m, vectors);
+      } else if (v4)
         stream_chunk_v4(&c, m, vectors);
       else
         stream_chunk_v3(&c, m, vectors);
@@ -1116,7 +1187,7 @@ static void stream_rows(const Stream* s, int64_t item) {
     for (int64_t j = vectors * lanes; j < cols; j++)
       for (int64_t kk = r; kk < r + rows; kk++) {
         float bj = element(b, s->batch * b->batch + kk * b->row + j0 + j);
-        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += s->a[kk * p->m + i] * bj;
+        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += a_element(s, kk, i) * bj;
       }
   }
 }
@@ -1332,16 +1403,40 @@ static void widen_a(const Stream* s, float* a, int transposed) {
   }
 }
 
+/* A's rows as Stream.pairs's pairs into words. */
+static void pair_a(const Stream* s, uint32_t* words) {
+  const tilec_gemm_problem* p = s->p;
+  const tilec_gemm_operand* x = &p->a;
+  for (int64_t k = 0; k < p->k; k += 2)
+    for (int64_t i = 0; i < p->m; i++) {
+      int64_t base = s->batch * x->batch + i * x->row;
+      uint32_t second = k + 1 < p->k ? bits_at(x, base + (k + 1) * x->col) : 0;
+      words[k / 2 * p->m + i] = bits_at(x, base + k * x->col) | second << 16;
+    }
+}
+
+/* Whether B's rows stream on vdpbf16ps: bfloat16 A and B of rows contiguous, at least 8
+ * rows of A (fewer are bound by memory: 4 rows ran as fast either way, 2 slower), and
+ * AVX512-BF16 without AMX (where AMX is, as on Sapphire Rapids, vdpbf16ps runs at half the
+ * float32 FMA rate). */
+static int dp_streams(const tilec_gemm_problem* p) {
+  return p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16 && p->b.col == 1 &&
+         p->m >= 8 && tilec_cpu_bf16() && !tilec_cpu_amx();
+}
+
 static int gemm_streamed(const tilec_gemm_problem* p) {
   float* a = grown(&widened_a, p->m * p->k > 0 ? p->m * p->k : 1);
   if (a == NULL) return TILEC_ERR_NO_MEMORY;
-  Stream s = {.p = p, .a = a};
+  Stream s = {.p = p, .a = a, .pairs = dp_streams(p)};
   int rows = p->b.col == 1 || p->b.row != 1;   /* else B's columns contiguous along K */
   if (rows && !plan_rows(&s)) return TILEC_ERR_NO_MEMORY;
   if (!rows) plan_columns(&s);
   int64_t blocks = (p->n + s.width - 1) / s.width;
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
-    widen_a(&s, a, rows);
+    if (s.pairs)
+      pair_a(&s, (uint32_t*)a);
+    else
+      widen_a(&s, a, rows);
     if (!rows) {
       tilec_parallel_items(blocks, column_items, &s);
       continue;
