@@ -12,7 +12,8 @@
  * for a row with no key, as softmax of all -inf is).  A split writes (o, m, l) to a workspace
  * and a second pass combines the splits of each block in order.
  * Where q, k and v are bfloat16 and the CPU has AMX, both products run on AMX tiles instead
- * (keys_amx) over blocks of BNA keys, a row at a time from the scores to the bfloat16
+ * (keys_pairs; where it has AVX512-BF16 but no AMX, on vdpbf16ps over the same packing) over
+ * blocks of BNA keys, a row at a time from the scores to the bfloat16
  * weights, the keys and values of a key head packed once, tile by tile, for all the threads
  * where its row blocks keep them all busy.  A task of at most FEW rows (a decode) streams its
  * keys and values once instead (keys_few, and keys_few_v3 on x86-64-v3 where d and dv are
@@ -50,7 +51,8 @@ typedef struct {
    * each), contiguous in the grid; it is cut into row_blocks blocks of at most BM rows */
   int64_t share, unit_rows, row_blocks, splits, keys_per_split;
   float* partial; /* splits: per task BM * (dv + 2) floats: o, then m and l */
-  int amx;        /* bfloat16 q, k, v on AMX tiles (keys_amx) */
+  int pairs;      /* bfloat16 q, k, v packed as pairs (keys_pairs) ... */
+  int tiles;      /* ... for AMX's tiles, else for vdpbf16ps */
   int failed;     /* a thread could not allocate its scratch */
   /* AMX, where a unit has row blocks enough for every thread: the keys and values of units
    * [unit0, unit0 + units packed at once), packed once (pack_items) for all the threads to
@@ -598,6 +600,68 @@ static AMX void values_amx(const uint16_t* pa, const uint32_t* vp, float* o, int
     }
 }
 
+/* scores_amx on vdpbf16ps (AVX512-BF16 without AMX): 8 rows by 32 keys a register tile, a
+ * row of the packed keys' tile (one pair of 16 keys) against a pair of each query's
+ * elements.  rows and cols rounded up to 32 as there (qa and kp are zero past them). */
+static DP void scores_dp(const uint16_t* qa, const uint32_t* kp, float* s, int64_t ld,
+                         int64_t rows, int64_t cols, int64_t dp) {
+  const uint32_t* q = (const uint32_t*)qa;
+  for (int64_t j0 = 0; j0 < cols; j0 += 32)
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+      __m512 acc[8][2];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+      for (int64_t w = 0; w < dp / 2; w++) {
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp + tiled(w, j0, BNA));
+        __m512bh k1 = (__m512bh)_mm512_loadu_si512(kp + tiled(w, j0 + 16, BNA));
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+          __m512bh qi = (__m512bh)_mm512_set1_epi32((int)q[(i0 + i) * (dp / 2) + w]);
+          acc[i][0] = _mm512_dpbf16_ps(acc[i][0], qi, k0);
+          acc[i][1] = _mm512_dpbf16_ps(acc[i][1], qi, k1);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) {
+        _mm512_storeu_ps(s + (i0 + i) * ld + j0, acc[i][0]);
+        _mm512_storeu_ps(s + (i0 + i) * ld + j0 + 16, acc[i][1]);
+      }
+    }
+}
+
+/* values_amx on vdpbf16ps: 8 rows by 32 columns of o a register tile, a row of the packed
+ * values' tile (16 columns of a pair of keys) against each row's pair of weights. */
+static DP void values_dp(const uint16_t* pa, const uint32_t* vp, float* o, int64_t rows,
+                         int64_t cols, int64_t dvp) {
+  const uint32_t* p = (const uint32_t*)pa;
+  int64_t pairs = (cols + 1) / 2;
+  for (int64_t c0 = 0; c0 < dvp; c0 += 32)
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+      float* out = o + i0 * dvp + c0;
+      __m512 acc[8][2];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) {
+        acc[i][0] = _mm512_loadu_ps(out + i * dvp);
+        acc[i][1] = _mm512_loadu_ps(out + i * dvp + 16);
+      }
+      for (int64_t w = 0; w < pairs; w++) {
+        __m512bh v0 = (__m512bh)_mm512_loadu_si512(vp + tiled(w, c0, dvp));
+        __m512bh v1 = (__m512bh)_mm512_loadu_si512(vp + tiled(w, c0 + 16, dvp));
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+          __m512bh pi = (__m512bh)_mm512_set1_epi32((int)p[(i0 + i) * (BNA / 2) + w]);
+          acc[i][0] = _mm512_dpbf16_ps(acc[i][0], pi, v0);
+          acc[i][1] = _mm512_dpbf16_ps(acc[i][1], pi, v1);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) {
+        _mm512_storeu_ps(out + i * dvp, acc[i][0]);
+        _mm512_storeu_ps(out + i * dvp + 16, acc[i][1]);
+      }
+    }
+}
+
 /* softmax_row's weights rounded to bfloat16 (as vcvtneps2bf16 rounds: to nearest even). */
 INLINE DP void store_bf16(void* w, int64_t j, __m512 e) {
   _mm256_storeu_si256((__m256i*)((uint16_t*)w + j), (__m256i)_mm512_cvtneps_pbh(e));
@@ -651,8 +715,10 @@ static AMX void pack_items(void* ctx, int64_t first, int64_t last) {
   }
 }
 
-/* The key blocks [first, last) of the task's rows on AMX (see above); o is rows of dvp. */
-static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Span* w) {
+/* The key blocks [first, last) of the task's rows on AMX's tiles (see above), or with
+ * ``tiles`` 0 on vdpbf16ps over the same packing; o is rows of dvp. */
+static AMX void keys_pairs(const tilec_attention_problem* p, Scratch* x, const Span* w,
+                           int tiles) {
   int64_t d = p->d, dv = p->dv, dp = up32(d), dvp = up32(dv), row0 = w->row0, rows = w->rows;
   pack_q(x->qa, (const uint16_t*)p->q + row0 * d, rows, d, dp);
   memset(x->pa, 0, BM * BNA * sizeof(uint16_t));
@@ -660,7 +726,10 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
     int64_t cols = w->last - j0 < BNA ? w->last - j0 : BNA;
     const uint32_t *kp, *vp;
     packed_block(p, x, w, j0, &kp, &vp);
-    scores_amx(x->qa, kp, x->st, BNA, rows, cols, dp);
+    if (tiles)
+      scores_amx(x->qa, kp, x->st, BNA, rows, cols, dp);
+    else
+      scores_dp(x->qa, kp, x->st, BNA, (rows + 31) / 32 * 32, (cols + 31) / 32 * 32, dp);
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {  /* 8 rows a call: they stay in L1 */
       int64_t n = rows - r0 < 8 ? rows - r0 : 8;
       p->scores(p->ctx, x->st + r0 * BNA, x->scores, BNA, row0 + r0, row0 + r0 + n, j0,
@@ -669,7 +738,10 @@ static AMX void keys_amx(const tilec_attention_problem* p, Scratch* x, const Spa
         softmax_row(x->scores + (r - r0) * BNA, cols, x->m + r, x->l + r, x->o + r * dvp, dv,
                     x->pa + r * BNA, BNA, store_bf16, 1);
     }
-    values_amx(x->pa, vp, x->o, rows, cols, dvp);
+    if (tiles)
+      values_amx(x->pa, vp, x->o, rows, cols, dvp);
+    else
+      values_dp(x->pa, vp, x->o, (rows + 31) / 32 * 32, cols, dvp);
   }
 }
 
@@ -1185,12 +1257,12 @@ static void run_task(const Attention* a, int64_t task, Scratch* x) {
       keys_few(p, x, &w);
     else
       keys_few_v3(p, x, &w);
-  } else if (a->amx) {
+  } else if (a->pairs) {
     if (a->packed != NULL) {
       x->shared_k = a->packed + (block / a->row_blocks - a->unit0) * unit_words(p);
       x->shared_v = x->shared_k + unit_values(p);
     }
-    keys_amx(p, x, &w);
+    keys_pairs(p, x, &w, a->tiles);
     for (int64_t r = 1; r < rows; r++)     /* rows of dvp to rows of dv */
       memmove(x->o + r * dv, x->o + r * up32(dv), (size_t)dv * sizeof(float));
   } else {
@@ -1245,13 +1317,13 @@ static int64_t unit_bytes(const tilec_attention_problem* p) { return unit_words(
 /* Whether the threads share each unit's packed keys and values: on AMX, where every thread
  * has row blocks of the unit to compute (else each packs a block at a time). */
 static int shares_units(const Attention* a) {
-  return a->amx && a->splits == 1 && a->p->t > 0 && a->row_blocks >= 2 * tilec_num_threads()
+  return a->pairs && a->splits == 1 && a->p->t > 0 && a->row_blocks >= 2 * tilec_num_threads()
          && unit_bytes(a->p) <= SHARED_BYTES;
 }
 
 static int64_t scratch_floats(const Attention* a) {
   const tilec_attention_problem* p = a->p;
-  int64_t dp = up32(p->d), dvp = up32(p->dv), slot = a->amx ? dp / 2 * BNA + BNA / 2 * dvp : 0;
+  int64_t dp = up32(p->d), dvp = up32(p->dv), slot = a->pairs ? dp / 2 * BNA + BNA / 2 * dvp : 0;
   return 2 * BM * p->d + BN * p->d + BN * p->dv + BM * BNA + 2 * BM * BN + BM * dvp + 2 * BM
          + BM * dp / 2 + BM * BNA / 2 + slot;
 }
@@ -1271,7 +1343,7 @@ static Scratch carve(const Attention* a, float* f) {
   x.l = f, f += BM;
   x.qa = (uint16_t*)f, f += BM * up32(p->d) / 2;
   x.pa = (uint16_t*)f, f += BM * BNA / 2;
-  int64_t slots = a->amx ? 1 : 0;
+  int64_t slots = a->pairs ? 1 : 0;
   x.kc = (uint32_t*)f, f += slots * up32(p->d) / 2 * BNA;
   x.vc = (uint32_t*)f;
   x.shared_k = x.shared_v = NULL;    /* run_task points them at the task's unit */
@@ -1292,9 +1364,9 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
   }
   Scratch x = carve(a, f);
   memset(x.st, 0, BM * BNA * sizeof(float));   /* transpose16 reads it whole */
-  if (a->amx) amx_begin();
+  if (a->tiles) amx_begin();
   for (int64_t task = first; task < last; task++) run_task(a, a->task0 + task, &x);
-  if (a->amx) amx_end();
+  if (a->tiles) amx_end();
   tilec_free(f);
 }
 
@@ -1312,8 +1384,12 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 /* The unit, row blocks and decode splits of problem p. */
 static Attention plan(const tilec_attention_problem* p) {
   Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0, NULL, 0, 0};
-  a.amx = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
-          && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
+  a.tiles = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
+            && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
+  /* vdpbf16ps where there is no AMX: at half the float32 FMA rate on Sapphire Rapids, twice
+   * it on Zen 4 */
+  a.pairs = a.tiles || (p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
+                        && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_bf16());
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
        axis--)
     a.share *= p->extents[axis];
