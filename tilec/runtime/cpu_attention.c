@@ -947,7 +947,8 @@ INLINE DP void few_values_dp(const uint16_t* w, const uint16_t* v, float* o, int
 }
 
 /* The key blocks of a task of at most FEW rows where q, k and v are bfloat16 and the CPU has
- * AVX512_BF16: both products on vdpbf16ps, the weights rounded to bfloat16 (as on AMX). */
+ * AVX512_BF16: q k on vdpbf16ps, and p v too (the weights rounded to bfloat16, as on AMX)
+ * where there is no AMX (on Sapphire Rapids vdpbf16ps runs at half the FMA rate). */
 static DP void keys_few_dp(const tilec_attention_problem* p, Scratch* x, const Span* w) {
   int64_t d = p->d, dv = p->dv, dp = up32(d);
   pack_q(x->qa, (const uint16_t*)p->q + w->row0 * d, w->rows, d, dp);
@@ -960,6 +961,10 @@ static DP void keys_few_dp(const tilec_attention_problem* p, Scratch* x, const S
   few_scores_dp(x->qa + r0 * dp, dp, k, (const char*)v, x->st + r0 * BN, n, cols, d, dv)
       FEW_ROWS(SCORES, w->rows - r0)
 #undef SCORES
+    }
+    if (tilec_cpu_amx()) {   /* vdpbf16ps at half the FMA rate: p v on FMAs */
+      few_rest(p, x, w, j0, cols, TILEC_ATTENTION_BF16);
+      continue;
     }
     block_epilogue(p, x->st, x->scores, w->row0, w->rows, j0, cols);
     for (int64_t r = 0; r < w->rows; r++)
