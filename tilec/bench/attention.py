@@ -12,9 +12,12 @@ and for decode the bytes of the keys and values read per second against a copy's
 many bytes in the same process (``np.copyto`` between preallocated buffers, in as many
 threads as tilec runs; bytes read and written, as STREAM counts them) and its percentage.
 
-With ``--memory``, one more call per case measures tilec's peak extra memory: the growth of
-the process's resident set (its peak, reset through ``/proc/self/clear_refs``) beyond what
-it held with the inputs and the preallocated output in memory.
+With ``--memory``, one more call per case measures tilec's peak extra memory: the most bytes
+the library's own allocations (its threads' scratch, packed keys and values, split results,
+buffers between unfused kernels) held at once during the call, beyond what they held before
+it (``tilec_alloc_peak``).  Not the resident set's growth: Linux folds the page faults of
+other threads into it lazily, so it missed the packed keys and values the pool's threads
+wrote (8 MiB read as 1.4), and a process reuses what an earlier case freed.
 
     tilec bench --ops attention [--long] [--quick] [--only prefill|decode] [--memory]
                                 [--repeat N] [--threads N] [-o FILE]
@@ -22,6 +25,7 @@ it held with the inputs and the preallocated output in memory.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 from typing import Any, Callable, Optional, Sequence
@@ -65,25 +69,15 @@ def cases(long: bool, quick: bool) -> list[Case]:
     return out + [("decode", 1, t, False, dtype) for t in (4096, 32768) for dtype in DTYPES]
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"no {field} in /proc/self/status")
-
-
-def peak_extra_bytes(run: Callable[[], Any]) -> Optional[int]:
-    """How far ``run()`` raised the process's resident set above what it held before (its
-    peak, VmHWM, reset first); None where Linux's /proc does not offer it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")      # resets VmHWM to the current VmRSS
-        before = _status_kib("VmRSS")
-        run()
-        return (_status_kib("VmHWM") - before) * 1024
-    except OSError:
-        return None
+def peak_extra_bytes(lib: Any, run: Callable[[], Any]) -> int:
+    """The most bytes ``lib``'s allocations held during ``run()`` beyond what they held
+    before it."""
+    peak = lib.cdll.tilec_alloc_peak
+    peak.restype, peak.argtypes = ctypes.c_int64, (ctypes.c_int,)
+    peak(1)
+    before = peak(1)
+    run()
+    return peak(0) - before
 
 
 def key_value_sets(case: Case, rng: np.random.Generator, rotate: bool = True) -> list:
@@ -116,8 +110,8 @@ def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator,
     fn = getattr(lib, f"{'causal' if causal or kind == 'decode' else 'full'}_{short}")
     out = np.ones(q.shape, np_dtype)     # written: its pages are resident before the call
     row = {}
-    if memory:     # the first call: nothing of an earlier one is left to reuse
-        row["extra"] = peak_extra_bytes(lambda: fn(q, *sets[0], out=out))
+    if memory:
+        row["extra"] = peak_extra_bytes(lib, lambda: fn(q, *sets[0], out=out))
     row["tilec"] = best(lambda: [fn(q, k, v, out=out) for k, v in sets], repeat) / len(sets)
     if kind == "decode":
         kv_bytes = sum(k.nbytes + v.nbytes for k, v in sets)

@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -304,6 +305,9 @@ void tilec_clear_error(void) { tilec_record_error(""); }
  * packed operands and accumulators walk megabytes in strides of a page or more. */
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
+/* Bytes tilec_alloc's blocks hold now, and the most they held since the last reset. */
+static int64_t allocated_now, allocated_peak;
+
 void* tilec_alloc(int64_t bytes) {
   void* p = NULL;
   size_t size = (size_t)(bytes > 0 ? bytes : 1);
@@ -312,10 +316,27 @@ void* tilec_alloc(int64_t bytes) {
 #if defined(MADV_HUGEPAGE)
   if (align == HUGE_PAGE_BYTES) madvise(p, size, MADV_HUGEPAGE);
 #endif
+  int64_t now = __atomic_add_fetch(&allocated_now, (int64_t)malloc_usable_size(p),
+                                   __ATOMIC_RELAXED);
+  int64_t peak = __atomic_load_n(&allocated_peak, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&allocated_peak, &peak, now, 1,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
   return p;
 }
 
-void tilec_free(void* p) { free(p); }
+void tilec_free(void* p) {
+  if (p != NULL)
+    __atomic_sub_fetch(&allocated_now, (int64_t)malloc_usable_size(p), __ATOMIC_RELAXED);
+  free(p);
+}
+
+int64_t tilec_alloc_peak(int reset) {
+  int64_t peak = __atomic_load_n(&allocated_peak, __ATOMIC_RELAXED);
+  if (reset) __atomic_store_n(&allocated_peak, __atomic_load_n(&allocated_now, __ATOMIC_RELAXED),
+                              __ATOMIC_RELAXED);
+  return peak;
+}
 
 void tilec_copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);

@@ -4,8 +4,8 @@
  * the rows of a kernel's grid run on all cores by a persistent pthread pool; the CPU's x86-64
  * level, which picks the kernels' code; the per-thread error message behind
  * tilec_last_error(); checked dimension arithmetic; float16/bfloat16 scalar conversions.
- * Only tilec_last_error(), tilec_record_error() and tilec_num_threads() are exported from
- * the library; everything else here is internal to it.
+ * Only tilec_last_error(), tilec_record_error(), tilec_num_threads() and tilec_alloc_peak()
+ * are exported from the library; everything else here is internal to it.
  */
 #ifndef TILEC_CPU_RUNTIME_H
 #define TILEC_CPU_RUNTIME_H
@@ -41,6 +41,11 @@ void tilec_parallel_items(int64_t items, tilec_rows_fn fn, void* ctx);
 /* The pool's size counting the caller: TILEC_NUM_THREADS if set (>= 1), else the CPUs this
  * process may run on. */
 int tilec_num_threads(void);
+
+/* The most bytes the library's allocations (tilec_alloc: the kernels' scratch, packed
+ * operands, buffers between kernels) held at once since the last reset; a nonzero reset
+ * then starts the count again from what they hold now. */
+int64_t tilec_alloc_peak(int reset);
 
 /* The x86-64 level of this CPU as far as a library's kernels care, found once: 4 with
  * AVX-512 F, BW, CD, DQ and VL (x86-64-v4), else 3 with AVX2, FMA, BMI1 and BMI2

@@ -48,7 +48,7 @@ class CpuBackend(Backend):
     description = TARGETS["cpu"]
     Options = Options
     host = HostTarget("cpu", __name__, host_memory=True,
-                      exports=("tilec_num_threads", "tilec_cpu_code"))
+                      exports=("tilec_num_threads", "tilec_cpu_code", "tilec_alloc_peak"))
     stages = (
         Stage("llvm", Output.TEXT, "kernel", "optimise", text=_llvm_text),
         Stage("obj", Output.BINARY, "llvm", "object", suffix=".o"),
