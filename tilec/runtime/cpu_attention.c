@@ -59,6 +59,7 @@ typedef struct {
    * read, unit_words apart, and the first task of unit0 */
   uint32_t* packed;
   int64_t unit0, task0;
+  int64_t chunk, count; /* tasks a chunk of (task_chunks), and in all */
 } Attention;
 
 /* -- conversions ---------------------------------------------------------------------------- */
@@ -1375,6 +1376,17 @@ static void tasks(void* ctx, int64_t first, int64_t last) {
   tilec_free(f);
 }
 
+/* Chunks [first, last) of a->chunk tasks each (of a->count).  The threads take chunks in
+ * order, a few to a unit's row blocks, so that they work on one unit at once and share its
+ * keys and values in the cache: chunks of whole units (as tilec_parallel_for cuts them)
+ * put each thread on a unit of its own, and at s = 16384 in float32 two units' keys and
+ * values fill the 32 MiB of a last-level cache. */
+static void task_chunks(void* ctx, int64_t first, int64_t last) {
+  const Attention* a = (const Attention*)ctx;
+  int64_t end = last * a->chunk < a->count ? last * a->chunk : a->count;
+  tasks(ctx, first * a->chunk, end);
+}
+
 static void combines(void* ctx, int64_t first, int64_t last) {
   const Attention* a = (const Attention*)ctx;
   float* o = (float*)tilec_alloc(BM * a->p->dv * (int64_t)sizeof(float));
@@ -1445,7 +1457,13 @@ int tilec_attention(const tilec_attention_problem* p) {
   if (shares_units(&a)) {
     if (by_units(&a, flops) != TILEC_OK) return TILEC_ERR_NO_MEMORY;
   } else {
-    tilec_parallel_for(blocks * a.splits, flops, tasks, &a);
+    a.count = blocks * a.splits;
+    a.chunk = a.row_blocks * a.splits / (4 * tilec_num_threads());
+    a.chunk = a.chunk > 1 ? a.chunk : 1;
+    if (a.count < 2 || flops < ((int64_t)128 << 10))   /* as tilec_parallel_for decides */
+      tasks(&a, 0, a.count);
+    else
+      tilec_parallel_items((a.count + a.chunk - 1) / a.chunk, task_chunks, &a);
   }
   if (a.splits > 1 && !a.failed) tilec_parallel_for(blocks, flops, combines, &a);
   tilec_free(a.partial);
