@@ -412,7 +412,8 @@ INLINE V4 __m512 exp16_bf16(__m512 x) {
 }
 
 /* How softmax_row stores 16 weights at w + j: float32, or (store_bf16, in an AVX512-BF16
- * function) rounded to bfloat16 for the bfloat16 p v of AMX or vdpbf16ps.  A constant where inlined, so the call disappears. */
+ * function) rounded to bfloat16 for the bfloat16 p v of AMX or vdpbf16ps.  A constant where
+ * inlined, so the call disappears. */
 typedef void (*weights_store)(void* w, int64_t j, __m512 e);
 
 INLINE V4 void store_f32(void* w, int64_t j, __m512 e) { _mm512_storeu_ps((float*)w + j, e); }

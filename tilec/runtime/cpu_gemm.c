@@ -10,9 +10,9 @@
  *
  * Small M (decode): B is read once, where it lies, in the order it lies: each item takes a
  * split of K (B's rows) by a block of columns and streams it a few rows at a time, every row
- * of A (widened once per call) against each line of B as it arrives, into the split's float32
- * sums, which a second pass adds in split order; a transposed B (rows of it contiguous along
- * K) is read as dot products instead.
+ * of A (widened once per call, or for vdpbf16ps paired) against each line of B as it
+ * arrives, into the split's float32 sums, which a second pass adds in split order; a
+ * transposed B (rows of it contiguous along K) is read as dot products instead.
  *
  * The packing code needs x86-64-v3 (AVX2, FMA, F16C), which every library's entries check
  * before they run; the x86-64-v4 micro-kernel runs where tilec_cpu_level() says 4, the AMX
