@@ -1402,12 +1402,12 @@ static void combines(void* ctx, int64_t first, int64_t last) {
 /* The unit, row blocks and decode splits of problem p. */
 static Attention plan(const tilec_attention_problem* p) {
   Attention a = {p, 1, 0, 0, 1, p->t > 0 ? p->t : 1, NULL, 0, 0, NULL, 0, 0};
-  a.tiles = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
-            && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_amx();
+  int bf16 = p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
+             && p->v_dtype == TILEC_ATTENTION_BF16;
+  a.tiles = bf16 && tilec_cpu_amx();
   /* vdpbf16ps where there is no AMX: at half the float32 FMA rate on Sapphire Rapids, twice
    * it on Zen 4 */
-  a.pairs = a.tiles || (p->q_dtype == TILEC_ATTENTION_BF16 && p->k_dtype == TILEC_ATTENTION_BF16
-                        && p->v_dtype == TILEC_ATTENTION_BF16 && tilec_cpu_bf16());
+  a.pairs = bf16 && (a.tiles || tilec_cpu_bf16());
   for (int axis = p->rank - 1; axis >= 0 && p->k_stride[axis] == 0 && p->v_stride[axis] == 0;
        axis--)
     a.share *= p->extents[axis];
