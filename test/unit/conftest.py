@@ -18,13 +18,19 @@ EXAMPLE_NAMES = ("swiglu", "layernorm", "rmsnorm_templated", "rope")
 AVX512 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}   # x86-64-v4's
 
 
-def has_avx512() -> bool:
-    """Whether /proc/cpuinfo lists x86-64-v4's AVX-512 features for this machine's CPU: the
+def cpu_flags() -> set[str]:
+    """The flags /proc/cpuinfo lists for this machine's CPU (none where it is missing): the
     oracle, independent of tilec's runtime, that its detection is checked against."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
+    path = Path("/proc/cpuinfo")
+    for line in path.read_text().splitlines() if path.exists() else ():
         if line.startswith("flags"):
-            return AVX512 <= set(line.split(":", 1)[1].split())
-    return False
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def has_avx512() -> bool:
+    """Whether /proc/cpuinfo lists x86-64-v4's AVX-512 features for this machine's CPU."""
+    return AVX512 <= cpu_flags()
 
 
 RUNTIME_C = REPO / "tilec" / "runtime" / "cpu_runtime.c"

@@ -17,7 +17,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import OPS
+from conftest import OPS, cpu_flags
 
 import tilec
 from tilec.cli import main
@@ -383,7 +383,7 @@ def test_matches_the_reference_on_the_avx2_and_avx512_code(level):
     x86-64-v4+bf16: bfloat16's products on vdpbf16ps (AMX off; AMX's packing for more than
     FEW rows, the keys and values in place for a decode); d = 72 leaves columns of v to the
     16-wide and the scalar code."""
-    if level.endswith("+bf16") and "avx512_bf16" not in _cpu_flags():
+    if level.endswith("+bf16") and "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU has no AVX512-BF16")
     env = dict(os.environ, TILEC_CPU=level)
     done = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
@@ -454,14 +454,9 @@ def test_peak_memory_does_not_grow_with_the_threads():
     assert 8 * 2**20 <= int(done.stdout) < 24 * 2**20
 
 
-def _cpu_flags() -> str:
-    from pathlib import Path
-    return Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-
-
 def tilec_cpu_packs_bfloat16() -> bool:
     """Whether this process's bfloat16 attention packs its keys and values (for AMX, else for
     AVX512-BF16's vdpbf16ps), as the runtime decides."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return ("amx_bf16" in flags and "amx_tile" in flags or "avx512_bf16" in flags) \
         and "TILEC_CPU" not in os.environ

@@ -14,6 +14,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import cpu_flags
 
 import tilec
 from tilec.harness.numerics import assert_close
@@ -176,11 +177,6 @@ def test_half_types_match_the_reference_on_the_avx512_code():
     """TILEC_CPU=x86-64-v4 keeps AMX off: bfloat16 and float16 operands widened to float32
     into the 14 x 32 micro-kernel, where this process (on a CPU with AMX) runs AMX's tiles."""
     agrees_in_child("x86-64-v4", ("bf16", "bf16_shared", "f16", "f16_wide"))
-
-
-def cpu_flags() -> str:
-    from pathlib import Path
-    return Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
 
 
 def test_bfloat16_matches_the_reference_on_the_dot_products():
