@@ -138,3 +138,24 @@ def test_the_warm_up_outlasts_a_peers_spinning_threads():
     best(run, 2)
     assert len(calls) >= 5 + 2
     assert calls[-2] - calls[0] >= 0.05
+
+
+def test_runs_compared_by_a_ratio_are_timed_in_turns():
+    """A decode's bandwidth is a share of a copy's: timed one after the other in whole, on a
+    host whose speed drifts, the copy read 33 GB/s and a minute later 60.  ``best_each``
+    times each run once a round, each after its own warm-up, and keeps each one's best."""
+    import time
+
+    from tilec.bench.gemm import best_each
+    calls = []
+
+    def runner(name: str, seconds: float):
+        def run() -> None:
+            calls.append(name)
+            time.sleep(seconds)
+        return run
+
+    fast, slow = best_each([runner("a", 0.01), runner("b", 0.03)], 3)
+    turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    assert turns == ["a", "b"] * 3
+    assert 0.01 <= fast < 0.03 <= slow

@@ -8,8 +8,8 @@ preallocated for every one, ``out=``), tilec's GFLOP/s and fraction of the machi
 FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) calls rotate
 through weights whose working set is at least twice the last level cache when the machine
 holds them (else as many as fit a quarter of its memory), and the row reports the weight's
-bytes per second against a copy's over as many bytes, measured right after it
-(``np.copyto`` between preallocated buffers in as many threads as tilec runs, bytes read
+bytes per second against a copy's over as many bytes, timed in turns with it (``best_each``;
+``np.copyto`` between preallocated buffers in as many threads as tilec runs, bytes read
 and written), for the weight stored [K, N] (``x @ w``) and, in its last column, stored [N, K]
 as a Linear layer's is (``x @ transpose(w)``, the same bytes reshaped).
 
@@ -33,7 +33,8 @@ import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -122,6 +123,18 @@ def best(run: Callable[[], Any], repeat: int,
     return min(times)
 
 
+def best_each(runs: Sequence[Callable[[], Any]], repeat: int) -> list[float]:
+    """The least of ``repeat`` timed calls of each of ``runs``, taken in turns: each round
+    times every run once, after WARM_UP_S of its own untimed calls.  On a host whose speed
+    drifts over minutes (a copy measured 33 GB/s, then 60 a minute later), two runs timed
+    one after the other in whole do not compare; in turns they see the same host."""
+    times = [float("inf")] * len(runs)
+    for _ in range(repeat):
+        for i, run in enumerate(runs):
+            times[i] = min(times[i], best(run, 1))
+    return times
+
+
 def peak_gflops(lanes: int, threads: Optional[int] = None) -> tuple[float, str]:
     """The FMA peak of ``threads`` cores (default: this process's CPUs), measured
     (:mod:`tilec.bench.peak`), and how it was found; where the loop cannot be built, the
@@ -197,7 +210,7 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
               rotate: bool) -> dict[str, float]:
     """Best seconds per implementation of one matmul case (outputs preallocated).  A decode
     (M = 1, rotating weights) times whole rotations, each call on the next weight, and then
-    a copy of as many bytes: the two minutes apart on a noisy host would not compare."""
+    a copy of as many bytes, the three in turns (``best_each``)."""
     m, n, k, dtype = case
     kind, suffix = DTYPES[dtype]
     x = (rng.standard_normal((m, k), dtype=np.float32)).astype(kind)
@@ -210,11 +223,15 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
             return best(lambda: [call(w) for w in operands], repeat) / len(operands)
         return best(lambda: call(operands[0]), repeat)
 
-    got = {"tilec": timed(lambda w: fn(x, w, out=out), ws)}
     if m == 1:    # also a Linear's weight, stored [n, k] (each weight's bytes reshaped)
         linear = getattr(lib, "linear" if dtype == "float32" else f"linear_{suffix}")
-        got["tilec [n, k]"] = timed(lambda w: linear(x, w.reshape(n, k), out=out), ws)
-        got["copy"] = copy_gbps(sum(w.nbytes for w in ws), tilec_threads(), repeat)
+        with copying(sum(w.nbytes for w in ws), tilec_threads()) as (copy, moved):
+            kn, nk, copied = best_each([lambda: [fn(x, w, out=out) for w in ws],
+                                        lambda: [linear(x, w.reshape(n, k), out=out)
+                                                 for w in ws], copy], repeat)
+        got = {"tilec": kn / len(ws), "tilec [n, k]": nk / len(ws), "copy": moved / copied / 1e9}
+    else:
+        got = {"tilec": timed(lambda w: fn(x, w, out=out), ws)}
     if dtype == "float32":
         got["numpy"] = timed(lambda w: np.matmul(x, w, out=out), ws)
     torch = peers.torch
@@ -259,9 +276,11 @@ def tilec_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def copy_gbps(nbytes: int, threads: int, repeat: int) -> float:
-    """Bytes read and written per second by ``threads`` threads copying ``nbytes`` between
-    two preallocated buffers (NumPy releases the GIL while it copies)."""
+@contextmanager
+def copying(nbytes: int, threads: int) -> Iterator[tuple[Callable[[], None], int]]:
+    """A copy of ``nbytes`` between two preallocated buffers in ``threads`` threads (NumPy
+    releases the GIL while it copies), and the bytes it moves as STREAM counts them: read
+    and written."""
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
     cuts = np.linspace(0, a.size, threads + 1).astype(int)
@@ -269,7 +288,7 @@ def copy_gbps(nbytes: int, threads: int, repeat: int) -> float:
         def copy() -> None:
             list(pool.map(lambda i: np.copyto(b[cuts[i]:cuts[i + 1]], a[cuts[i]:cuts[i + 1]]),
                           range(threads)))
-        return 2 * a.nbytes / best(copy, repeat) / 1e9
+        yield copy, 2 * a.nbytes
 
 
 def ratio(peer: Optional[float], mine: float) -> str:
