@@ -347,3 +347,33 @@ def test_every_small_m_streams_each_column_group(lib):
     for m in range(1, 17):
         agrees(lib, "plain", m, 200, 130)
         agrees(lib, "bf16_shared", m, 200, 130)
+
+
+_THREADS = """
+import os, sys
+import numpy as np, tilec
+sys.path.insert(0, sys.argv[1])
+import test_gemm as t
+lib = tilec.compile_string(t.SOURCE, "gemm.tile")
+def threads():
+    return len(os.listdir("/proc/self/task"))
+before = threads()
+for m, n, k in ((64, 64, 64), (256, 256, 256), (1, 512, 512), (16, 128, 1024)):
+    t.agrees(lib, "plain", m, n, k)
+small = threads()
+t.agrees(lib, "plain", 320, 320, 320)
+print(before, small, threads())
+"""
+
+
+def test_a_small_matmul_runs_on_the_caller_alone():
+    """Waking the pool costs 20-50 us, more than a second thread saves on a matmul of up to
+    2^24 products (256^3 took 195 us alone, 220 on two threads) or a small-M one reading up
+    to 1 MiB of weight: those run on the caller, and the pool (started by the first launch
+    it shares) has no thread yet; 320^3 starts it."""
+    env = dict(os.environ, TILEC_NUM_THREADS="2")
+    done = subprocess.run([sys.executable, "-c", _THREADS, os.path.dirname(__file__)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, small, big = map(int, done.stdout.split())
+    assert small == before and big == before + 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -368,8 +369,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     level = lib.cpu_code or "unknown"
     peers = Peers(not args.no_torch)
     rng = np.random.default_rng(0)
-    rows = [(c, time_case(lib, peers, c, args.repeat, rng, not args.quick))
-            for c in cases(args.full, args.quick, args.dtypes, args.shapes)]
+    todo = cases(args.full, args.quick, args.dtypes, args.shapes)
+    rows = []
+    for i, case in enumerate(todo, 1):     # progress on stderr: a --full run takes minutes
+        rows.append((case, time_case(lib, peers, case, args.repeat, rng, not args.quick)))
+        m, n, k, dtype = case
+        print(f"  [{i}/{len(todo)}] {m}x{n}x{k} {dtype}: tilec "
+              f"{rows[-1][1]['tilec'] * 1e3:.3g} ms", file=sys.stderr, flush=True)
     shape = (32, 64, 48) if args.quick else (2048, 4096, 4096)
     fused = None if args.no_fused else (shape, time_fused(lib, peers, *shape, args.repeat, rng))
     lanes = 16 if level == "x86-64-v4" else 8

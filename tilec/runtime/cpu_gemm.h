@@ -16,7 +16,8 @@
  * element finite) run there too, each element split exactly into two bfloat16 and the four
  * products of the parts accumulated: float32's accuracy at twice the FMA kernel's rate.
  * A small M (at most TILEC_GEMM_SMALL_M rows) streams B once from where it is instead,
- * without packing.
+ * without packing.  A product too small to pay for waking the thread pool (2^24 products,
+ * or a small M reading 1 MiB of B) runs on the calling thread alone.
  */
 #ifndef TILEC_CPU_GEMM_H
 #define TILEC_CPU_GEMM_H

@@ -277,6 +277,13 @@ void tilec_parallel_items(int64_t items, tilec_rows_fn fn, void* ctx) {
   launch(items, tilec_num_threads() > 1 ? items : 1, fn, ctx);
 }
 
+void tilec_alone(tilec_rows_fn fn, void* ctx) {
+  int outer = inside_launch;
+  inside_launch = 1;
+  fn(ctx, 0, 1);
+  inside_launch = outer;
+}
+
 /* tilec_record_error and tilec_last_error are exported, and the library calls them through
  * the PLT (the runtime compiles with -fsemantic-interposition): in a program linking several
  * tilec libraries the dynamic linker binds every library's calls to the first definition, so

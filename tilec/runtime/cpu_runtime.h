@@ -37,6 +37,9 @@ void tilec_parallel_for(int64_t rows, int64_t bytes, tilec_rows_fn fn, void* ctx
 /* The same with every row a chunk of its own: for a launch of a few large items of equal
  * cost (the GEMM's), where chunks of several would leave a thread idle at the end. */
 void tilec_parallel_items(int64_t items, tilec_rows_fn fn, void* ctx);
+/* fn(ctx, 0, 1) on the caller, every launch it makes inline: for work that the pool's
+ * wake-up would cost more than it saves (a matmul of a few MFLOP). */
+void tilec_alone(tilec_rows_fn fn, void* ctx);
 
 /* The pool's size counting the caller: TILEC_NUM_THREADS if set (>= 1), else the CPUs this
  * process may run on. */
