@@ -945,7 +945,7 @@ static ALWAYS_INLINE V3 __m256 b_vector8(const void* line, int64_t v, int dtype)
  * a step: the hardware prefetchers fall behind on so many short streams (the kernel read
  * float32 at 16 GB/s, and a weight stored [N, K], read in the same order by dots_v4, at 23).
  * The lines STREAM_AHEAD bytes ahead in the row are prefetched (float32 1.23x, bfloat16
- * 1.21x the bandwidth; 512 bytes ahead 4-11% less, 2048 bytes 1-4% less, 4096 15-30% less). */
+ * 1.21x the bandwidth; 512 bytes ahead 4-10% less, 2048 bytes 3-14% less, 4096 19-37% less). */
 #define STREAM_AHEAD 1024
 
 static ALWAYS_INLINE void prefetch_ahead(const char* from, int64_t bytes) {
