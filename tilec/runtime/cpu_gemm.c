@@ -1217,10 +1217,10 @@ static V3 float sum8(__m256 v) {
 /* The same for a B whose columns are contiguous along K (x @ transpose(w), a Linear weight
  * stored [out, in]): dot products of DOT_COLUMNS_V4 (x86-64-v4; DOT_COLUMNS on x86-64-v3's
  * 16 registers) columns of B at a time, each read once where it lies (the rows of a weight
- * side by side, as MKL's gemv reads them), with every row of A, two sums a column. */
-/* The dot products prefetch a half type's rows STREAM_AHEAD bytes ahead as they first read
- * them (x86-64-v4: 1.07-1.18x the bandwidth at M = 1, x86-64-v3: 1.16-1.27x); float32's,
- * read twice as fast a step, gained nothing (0.82-1.0x). */
+ * side by side, as MKL's gemv reads them), with every row of A, two sums a column.  A half
+ * type's rows are prefetched STREAM_AHEAD bytes ahead as the first row of A reads them
+ * (x86-64-v4: 1.07-1.18x the bandwidth at M = 1, x86-64-v3: 1.16-1.27x); float32's, read
+ * twice as fast a step, gained nothing from it (0.82-1.0x). */
 #define DOT_COLUMNS_V4 8   /* 1.09-1.19x the bandwidth of 4 in bfloat16 and float16 */
 #define DOT_COLUMNS 4
 
