@@ -1033,11 +1033,13 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
     for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + i * ld + 8 * (v + u), c[i * NV + u]);
 }
 
-/* Vectors per group for R rows: R x NV sums, NV vectors of B and a broadcast in the 32
- * (x86-64-v4) or 16 (x86-64-v3, R <= 12) registers; for one row of A (a decode, bound by
- * memory) 2 vectors, so that its STREAM_ROWS_1 rows of B advance together a line or two at a
- * time, as MKL's gemv reads them. */
-#define NV4(R) ((R) == 1 ? 2 : (R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
+/* Vectors per group for R rows and B's type D: R x NV sums, NV vectors of B and a broadcast
+ * in the 32 (x86-64-v4) or 16 (x86-64-v3, R <= 12) registers; for one row of A (a decode,
+ * bound by memory) two lines of B's row a step, so that its STREAM_ROWS_1 rows of B advance
+ * together, as MKL's gemv reads them: 2 vectors of float32, 4 of a half type on x86-64-v4
+ * (1.00-1.29x the bandwidth of 2 in ten A/Bs, never less, the rows prefetched ahead). */
+#define NV4(R, D) \
+  ((R) == 1 ? ((D) == TILEC_GEMM_F32 ? 2 : 4) : (R) <= 2 ? 8 : (R) <= 6 ? 4 : (R) <= 14 ? 2 : 1)
 #define NV3(R) ((R) <= 2 ? 4 : (R) <= 6 ? 2 : 1)
 #define ROWS_V3 12
 
@@ -1052,12 +1054,15 @@ static int64_t group_rows(int64_t left, int64_t most) {
 
 #define GROUP4(R, NV, DTYPE) stream_group(c, v, DTYPE, R, NV)
 #define FULL4(R) \
-  case R: for (; v + NV4(R) <= vectors; v += NV4(R)) GROUP4(R, NV4(R), dtype); break;
+  case R: \
+    for (; v + NV4(R, dtype) <= vectors; v += NV4(R, dtype)) GROUP4(R, NV4(R, dtype), dtype); \
+    break;
 #define LEFT4(R) \
   case R: for (; v < vectors; v++) GROUP4(R, 1, c->dtype); break;
 
-/* The chunk's whole groups of NV4(m) vectors (16 lanes) for m rows of A (one of GROUP_ROWS),
- * B's elements of type `dtype` (a constant where inlined); returns the vectors done. */
+/* The chunk's whole groups of NV4(m, dtype) vectors (16 lanes) for m rows of A (one of
+ * GROUP_ROWS), B's elements of type `dtype` (a constant where inlined); returns the vectors
+ * done. */
 static ALWAYS_INLINE V4 int64_t groups_v4(const Chunk* c, int64_t m, int64_t vectors,
                                           const int dtype) {
   int64_t v = 0;
@@ -1120,7 +1125,10 @@ static ALWAYS_INLINE DP void stream_group_dp(const Chunk* ch, int64_t v, const i
 }
 
 #define FULLDP(R) \
-  case R: for (; v + NV4(R) <= vectors; v += NV4(R)) stream_group_dp(c, v, R, NV4(R)); break;
+  case R: \
+    for (; v + NV4(R, TILEC_GEMM_BF16) <= vectors; v += NV4(R, TILEC_GEMM_BF16)) \
+      stream_group_dp(c, v, R, NV4(R, TILEC_GEMM_BF16)); \
+    break;
 #define LEFTDP(R) \
   case R: for (; v < vectors; v++) stream_group_dp(c, v, R, 1); break;
 
