@@ -351,7 +351,7 @@ def test_every_small_m_streams_each_column_group(lib):
 
 _THREADS = """
 import os, sys
-import numpy as np, tilec
+import tilec
 sys.path.insert(0, sys.argv[1])
 import test_gemm as t
 lib = tilec.compile_string(t.SOURCE, "gemm.tile")

@@ -1255,7 +1255,8 @@ static ALWAYS_INLINE V4 void dots_v4(const Stream* s, int64_t j0, int64_t cols, 
         __m512 a0 = _mm512_loadu_ps(a + e), a1 = _mm512_loadu_ps(a + e + 16);
 #pragma GCC unroll 8
         for (int c = 0; c < DOT_COLUMNS_V4; c++) {
-          if (dtype != TILEC_GEMM_F32 && i == 0) prefetch_ahead(w[c] + 2 * e, 64);
+          if (dtype != TILEC_GEMM_F32 && i == 0)
+            prefetch_ahead(w[c] + e * element_bytes(dtype), 64);
           sum[c][0] = _mm512_fmadd_ps(b_elements(w[c], e, dtype, 0xffff), a0, sum[c][0]);
           sum[c][1] = _mm512_fmadd_ps(b_elements(w[c], e + 16, dtype, 0xffff), a1, sum[c][1]);
         }
@@ -1307,7 +1308,8 @@ static ALWAYS_INLINE V3 void dots_v3(const Stream* s, int64_t j0, int64_t cols, 
         __m256 a0 = _mm256_loadu_ps(a + e), a1 = _mm256_loadu_ps(a + e + 8);
 #pragma GCC unroll 4
         for (int c = 0; c < DOT_COLUMNS; c++) {
-          if (dtype != TILEC_GEMM_F32 && i == 0 && e % 32 == 0) prefetch_ahead(w[c] + 2 * e, 64);
+          if (dtype != TILEC_GEMM_F32 && i == 0 && e % 32 == 0)
+            prefetch_ahead(w[c] + e * element_bytes(dtype), 64);
           sum[c][0] = _mm256_fmadd_ps(widen8((const char*)w[c] + e * element_bytes(dtype), dtype),
                                       a0, sum[c][0]);
           sum[c][1] = _mm256_fmadd_ps(
