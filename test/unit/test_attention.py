@@ -373,6 +373,8 @@ t.agrees(lib, "causal_gqa", t.rand((1, 2, 3, 17, 64), t.BF16), t.rand((1, 2, 1, 
 t.agrees(lib, "plain", t.rand((1, 1, 128)), t.rand((1, 4000, 128)), t.rand((1, 4000, 128)))
 t.agrees(lib, "causal_gqa", t.rand((1, 2, 4, 1, 72), t.BF16), t.rand((1, 2, 1, 1000, 72), t.BF16),
          t.rand((1, 2, 1, 1000, 72), t.BF16))
+t.agrees(lib, "causal_gqa", t.rand((1, 2, 3, 1, 80), t.BF16), t.rand((1, 2, 1, 1000, 80), t.BF16),
+         t.rand((1, 2, 1, 1000, 80), t.BF16))
 """
 
 
@@ -382,7 +384,8 @@ def test_matches_the_reference_on_the_avx2_and_avx512_code(level):
     (this process runs AMX for bfloat16 where the CPU has it; any TILEC_CPU turns it off);
     x86-64-v4+bf16: bfloat16's products on vdpbf16ps (AMX off; AMX's packing for more than
     FEW rows, the keys and values in place for a decode); d = 72 leaves columns of v to the
-    16-wide and the scalar code."""
+    16-wide and the scalar code; d = 80 (x86-64-v3) takes a bfloat16 decode's pairs of
+    16-element loads."""
     if level.endswith("+bf16") and "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU has no AVX512-BF16")
     env = dict(os.environ, TILEC_CPU=level)
