@@ -85,6 +85,26 @@ def test_quick_gemm_bench_prints_its_table(tmp_path):
     assert re.search(r"the epilogue adds -?\d+\.\d%", out)
 
 
+def test_quick_attention_bench_names_the_code_that_ran(tmp_path):
+    """``tilec bench --ops attention --quick`` at TILEC_CPU=x86-64-v3: the header names the
+    AVX2 code, and the prefill and decode rows have their times, and the decode its GB/s
+    against the copy's and its share of it."""
+    env = {**os.environ, "TILEC_CACHE_DIR": str(tmp_path / "cache"), "TILEC_CPU": "x86-64-v3"}
+    done = subprocess.run([sys.executable, "-c", "import sys; from tilec.cli import main; "
+                           "sys.exit(main())", "bench", "--ops", "attention", "--quick",
+                           "-o", str(tmp_path / "attention.md")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = (tmp_path / "attention.md").read_text()
+    assert out in done.stdout and "\nCPU code: x86-64-v3.\n" in out
+    rows = [ln.strip("| ").split(" | ") for ln in out.splitlines()
+            if re.match(r"\| (prefill|decode) \| ", ln)]
+    assert [r[:5] for r in rows] == [["prefill", "64", "64", "yes", "float32"],
+                                     ["decode", "1", "256", "no", "bfloat16"]]
+    assert all(re.fullmatch(NUMBER, r[5]) for r in rows)
+    assert re.fullmatch(rf"{NUMBER} \({NUMBER}\)", rows[1][8]) and rows[1][9].endswith("%")
+
+
 def test_the_fma_peak_is_measured():
     """The bench's peak is an FMA loop timed on this machine (one thread of 8-lane FMAs here):
     a rate in GFLOP/s, not a formula of the clock (which Zen 4's 512-bit FMAs on 256-bit

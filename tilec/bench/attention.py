@@ -145,12 +145,14 @@ def _torch_threads() -> str:
     return str(torch.get_num_threads())
 
 
-def report(rows: list[tuple[Case, dict]]) -> str:
+def report(rows: list[tuple[Case, dict]], level: str) -> str:
+    """The table of ``rows``, under a header naming the machine, the CPU code that ran
+    (``level``: x86-64-v3 or x86-64-v4) and the threads."""
     load = os.getloadavg()
     lines = [f"# attention: tilec vs torch scaled_dot_product_attention ({platform.machine()}, "
              f"{len(os.sched_getaffinity(0))} CPUs, TILEC_NUM_THREADS "
              f"{os.environ.get('TILEC_NUM_THREADS', 'unset')}, torch threads {_torch_threads()})",
-             "",
+             "", f"CPU code: {level}.", "",
              f"Load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (the machine "
              "is shared: the ratios, measured side by side, count more than the times).", "",
              f"{HEADS} query heads, {KV_HEADS} key/value heads, d = {D}, batch 1.", "",
@@ -203,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows.append((case, time_case(lib, case, args.repeat, rng, args.memory,
                                      rotate=not args.quick)))
         print(f"  {case}: {rows[-1][1]}", flush=True)
-    text = report(rows)
+    text = report(rows, lib.cpu_code or "unknown")
     print(text)
     if args.output:
         with open(args.output, "w") as f:
