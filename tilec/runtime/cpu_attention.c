@@ -783,6 +783,15 @@ INLINE V4 __m128 sum4(const __m512* a) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* Key j's sums of rows 0 .. rows - 1 (lanes 0 .. 3 of s) into st, rows BN apart. */
+INLINE void put_sums(float* st, int64_t j, int rows, __m128 s) {
+  float sums[4];
+  _mm_storeu_ps(sums, s);
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; r++)
+    if (r < rows) st[r * BN + j] = sums[r];
+}
+
 /* st[r * BN + j] = q[r] . k[j] for ``rows`` <= 4 (a constant where inlined; q rows d apart,
  * float32) and keys j < cols. */
 INLINE V4 void few_scores(const float* q, const char* k, const char* v, int dtype, float* st,
@@ -800,10 +809,7 @@ INLINE V4 void few_scores(const float* q, const char* k, const char* v, int dtyp
       for (int r = 0; r < 4; r++) if (r < rows)
         acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, q + r * d + c), kc, acc[r]);
     }
-    float sums[4];
-    _mm_storeu_ps(sums, sum4(acc));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) if (r < rows) st[r * BN + j] = sums[r];
+    put_sums(st, j, rows, sum4(acc));
   }
 }
 
@@ -894,11 +900,7 @@ INLINE DP void few_scores_dp(const uint16_t* qa, int64_t dp, const uint16_t* k, 
         if (r < rows)
           acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(qa + r * dp + c), kc);
     }
-    float sums[4];
-    _mm_storeu_ps(sums, sum4(acc));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-      if (r < rows) st[r * BN + j] = sums[r];
+    put_sums(st, j, rows, sum4(acc));
   }
 }
 
@@ -1029,11 +1031,7 @@ INLINE V3 void few_scores_v3(const float* q, const char* k, const char* v, int d
       for (int r = 0; r < 4; r++)
         if (r < rows) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + c), kc, acc[r]);
     }
-    float sums[4];
-    _mm_storeu_ps(sums, sum4_v3(acc));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-      if (r < rows) st[r * BN + j] = sums[r];
+    put_sums(st, j, rows, sum4_v3(acc));
   }
 }
 
@@ -1109,11 +1107,7 @@ INLINE V3 void few_scores_bf16_v3(const float* q, const uint16_t* k, const uint1
           acc[r] = _mm256_add_ps(acc[r], pair);
         }
     }
-    float sums[4];
-    _mm_storeu_ps(sums, sum4_v3(acc));
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-      if (r < rows) st[r * BN + j] = sums[r];
+    put_sums(st, j, rows, sum4_v3(acc));
   }
 }
 
