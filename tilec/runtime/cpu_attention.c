@@ -1060,9 +1060,9 @@ INLINE V3 void few_values_v3(const float* w, const char* v, int dtype, float* o,
   }
 }
 
-/* bfloat16 on AVX2 without widening into registers twice: 16 elements are one load, their
- * 32-bit lanes hold elements 2i (low half) and 2i + 1 (high half), so that a shift left by 16
- * makes the even elements float32 and masking off the low half the odd ones.  The dot
+/* bfloat16 on AVX2, 16 elements a load (not 8 a vpmovzxwd and a shift): the load's 32-bit
+ * lanes hold elements 2i (low half) and 2i + 1 (high half), so that a shift left by 16 makes
+ * the even elements float32 and masking off the low half the odd ones.  The dot
  * products take q's 16-element chunks as their 8 even elements then their 8 odd ones
  * (bf16_pairs_order); the values' accumulators hold even and odd columns, put back in order
  * once a block. */
@@ -1152,7 +1152,7 @@ INLINE V3 void few_block_v3(const tilec_attention_problem* p, Scratch* x, const 
                             int64_t j0, int64_t cols, int dtype) {
   const char* k = at(p->k, dtype, w->k_base + j0 * p->d);
   const char* v = at(p->v, dtype, w->v_base + j0 * p->dv);
-  int pairs = dtype == TILEC_ATTENTION_BF16 && bf16_pairs(p);
+  int pairs = dtype == TILEC_ATTENTION_BF16 && bf16_pairs(p);   /* constant but for bf16 */
   for (int64_t r0 = 0; r0 < w->rows; r0 += 4) {
     if (pairs) {
 #define SCORES(n) few_scores_bf16_v3(x->q + r0 * p->d, (const uint16_t*)k, (const uint16_t*)v, \
