@@ -132,6 +132,33 @@ def test_scalar_defaults_and_keywords(libs) -> None:
     assert not np.array_equal(rms.rmsnorm(x, w, eps=np.float32(4.0)), default)
 
 
+def test_a_plan_is_kept_per_argument_shapes(libs, monkeypatch) -> None:
+    """A function plans a call (binds the symbols, sizes the results) once per argument
+    shapes: calls that alternate between shapes, and more shapes than it keeps (PLANS), each
+    get their own results, and an argument of a kept shape is still checked."""
+    from tilec.runtime import loader
+    swiglu = tilec.load(libs[0].path).swiglu   # loaded anew: no plans kept yet
+    planned = []
+    plan = loader.Function.plan
+    monkeypatch.setattr(loader.Function, "plan",
+                        lambda self, tensors: planned.append(1) or plan(self, tensors))
+    shapes = [(1, 2, 8), (2, 3, 8), (1, 2, 8), (2, 3, 6)] + \
+        [(1, 1, 2 * h) for h in range(1, loader.PLANS + 9)] + [(2, 3, 8)]
+    for shape in shapes:
+        x = f16(*shape)
+        h = shape[-1] // 2
+        a, gate = x[..., :h].astype(np.float64), x[..., h:].astype(np.float64)
+        assert_close(swiglu(x), a * gate / (1 + np.exp(-gate)), "float16")
+    # all but the second (1, 2, 8); the last (2, 3, 8) again: forgotten when the plans
+    # filled up
+    assert len(planned) == len(shapes) - 1
+    swiglu(f16(2, 3, 8))
+    with pytest.raises(ValueError, match="argument 'input': expected a C-contiguous"):
+        swiglu(f16(2, 8, 3).transpose(0, 2, 1))
+    with pytest.raises(ValueError, match=r"out: expected shape \(2, 3, 4\), got \(2, 3, 3\)"):
+        swiglu(f16(2, 3, 8), out=np.empty((2, 3, 3), np.float16))
+
+
 def test_zero_sized_tensors(libs) -> None:
     swiglu, _ = libs
     assert swiglu.swiglu(f16(0, 3, 8)).shape == (0, 3, 4)

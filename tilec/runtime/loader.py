@@ -42,6 +42,7 @@ METADATA_FORMAT = 1
 NUMPY_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
                 "float32": np.dtype(np.float32), "int32": np.dtype(np.int32)}
 INT32_RANGE = (-2**31, 2**31 - 1)
+PLANS = 64   # argument shapes whose plan a function keeps (then it forgets them all)
 
 Shape = tuple  # (ELLIPSIS?, Dim, ...)
 
@@ -177,6 +178,8 @@ class Function:
         self._fast_params = None if None in fast else fast
         shapes = [s for _, s in self.results] + [s for v in self.variants for s in v.results]
         self._fast_results = {s: _fast(s) for s in shapes if s is not None}
+        self._plans: dict[tuple, tuple[list[tuple[int, ...]], list[Any]]] = {}
+        self._roles = [f"{name}: argument '{p.name}'" for p in self.params]
         self._entry = self._c_entry(library.cdll, meta["c_name"])
 
     def _c_entry(self, cdll: ctypes.CDLL, c_name: str) -> Any:
@@ -196,7 +199,9 @@ class Function:
         return f"<tilec function {self.signatures[0]} from {self.library.path}>"
 
     # arguments -------------------------------------------------------------------------------
-    def _match(self, args: tuple, kwargs: dict) -> list[Any]:
+    def _match(self, args: tuple, kwargs: dict) -> Sequence[Any]:
+        if not kwargs and len(args) == len(self.params):
+            return args
         names = [p.name for p in self.params]
         if len(args) > len(self.params):
             raise TypeError(f"{self.name}() takes {len(self.params)} argument"
@@ -292,9 +297,9 @@ class Function:
                          "no generic kernel (compiled with --no-generic)")
 
     def _outputs(self, out: Any, shapes: list[tuple[int, ...]],
-                 inputs: list[tuple[str, np.ndarray]]) -> tuple[list[Any], list[np.ndarray]]:
-        """(what the call returns, the arrays the entry writes); ``inputs`` are the tensor
-        arguments, each with how a message names it."""
+                 tensors: list[tuple[Param, np.ndarray]]) -> tuple[list[Any], list[np.ndarray]]:
+        """(what the call returns, the arrays the entry writes); ``tensors`` are the tensor
+        arguments."""
         if out is None:
             arrays = [np.empty(s, dtype=NUMPY_DTYPES[dtype])
                       for s, (dtype, _) in zip(shapes, self.results)]
@@ -313,9 +318,10 @@ class Function:
             self._layout(array, role)
             if not array.flags.writeable:
                 raise ValueError(f"{role}: the array is read-only")
-            earlier = [(f"out[{k}]", a) for k, a in enumerate(arrays)]
-            for name, other in inputs + earlier:
+            for k, other in enumerate([a for _, a in tensors] + arrays):
                 if np.may_share_memory(array, other):
+                    name = f"argument '{tensors[k][0].name}'" if k < len(tensors) else \
+                        f"out[{k - len(tensors)}]"
                     raise ValueError(f"{role}: overlaps {name}; outputs must not share memory "
                                      "with arguments or other outputs")
             arrays.append(array)
@@ -353,6 +359,19 @@ class Function:
             tail += [len(extents), (ctypes.c_int64 * max(len(extents), 1))(*extents)]
         return shapes, tail
 
+    def _planned(self, tensors: list[tuple[Param, Any]]) -> tuple[list[tuple[int, ...]],
+                                                                  list[Any]]:
+        """:meth:`plan`, kept per argument shapes (arrays' shapes are tuples of ints): a call
+        on the shapes of an earlier one skips the binding."""
+        key = tuple(a.shape for _, a in tensors)
+        found = self._plans.get(key)
+        if found is None:
+            found = self.plan(tensors)
+            if len(self._plans) >= PLANS:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
+
     def invoke(self, pointers: list[int], tail: list[Any], scalars: list[int | float],
                stream: int | None = None) -> None:
         """Call the C entry on device or host ``pointers`` (inputs, then outputs);
@@ -363,28 +382,29 @@ class Function:
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         values = self._match(args, kwargs)
         tensors: list[tuple[Param, np.ndarray]] = []
+        roles: list[str] = []
         scalars: list[int | float] = []
         device = self.library.device
-        for p, value in zip(self.params, values):
-            role = f"{self.name}: argument '{p.name}'"
+        for p, value, role in zip(self.params, values, self._roles):
             if p.kind == "scalar":
                 scalars.append(self._scalar(p, value))
-            elif device is None:
+                continue
+            roles.append(role)
+            if device is None:
                 tensors.append((p, self._array(p.dtype, value, role)))
             else:
                 tensors.append((p, device.tensor(NUMPY_DTYPES[p.dtype], value, role,
                                                  lambda v: self._array(p.dtype, v, role))))
-        shapes, tail = self.plan(tensors)
-        for p, array in tensors:
+        shapes, tail = self._planned(tensors)
+        for (_, array), role in zip(tensors, roles):
             if isinstance(array, np.ndarray):
-                self._layout(array, f"{self.name}: argument '{p.name}'")
+                self._layout(array, role)
         if device is not None:
             returned = device.call(self._entry, [a for _, a in tensors],
                                    [NUMPY_DTYPES[dtype] for dtype, _ in self.results], shapes,
                                    out, tail + scalars)
             return returned[0] if len(returned) == 1 else tuple(returned)
-        returned, outputs = self._outputs(out, shapes,
-                                          [(f"argument '{p.name}'", a) for p, a in tensors])
+        returned, outputs = self._outputs(out, shapes, tensors)
         self.invoke([a.ctypes.data for _, a in tensors] + [a.ctypes.data for a in outputs],
                     tail, scalars)
         if out is None and any(torch_tensor(v) for v in values):
