@@ -414,23 +414,9 @@ static inline V4 void split32(__m512i h, __m512i* hi, __m512i* lo) {
   *lo = _mm512_inserti64x4(_mm512_castsi256_si512(parts[1][0]), parts[1][1], 1);
 }
 
-/* Rows k and k + 1 of a row-major bfloat16 B (ld apart, cols of 32 real, kc of padded real)
- * interleaved into rows of 32 pairs; zeros past both ends. */
-static V4 void interleave_rows(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
-                               int64_t padded, int64_t cols) {
-  __m512i lo = _mm512_loadu_si512(PAIR_LOW), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  __mmask32 mask = first_lanes(cols);
-  for (int64_t k = 0; k < padded; k += 2, dst += 64) {
-    __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(mask, src + k * ld) : _mm512_setzero_si512();
-    __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + (k + 1) * ld)
-                            : _mm512_setzero_si512();
-    _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(r0, lo, r1));
-    _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi, r1));
-  }
-}
-
-/* The same for a float16 B split into hi and lo (Micro.split): per K block of AMX_K, hi's
- * rows of pairs, then lo's. */
+/* Rows k and k + 1 of a row-major float16 B (ld apart, cols of 32 real, kc of padded real)
+ * split into hi and lo (Micro.split) and interleaved into rows of 32 pairs, per K block of
+ * AMX_K hi's rows of pairs, then lo's; zeros past both ends. */
 static V4 void interleave_split(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
                                 int64_t padded, int64_t cols) {
   __m512i lo = _mm512_loadu_si512(PAIR_LOW), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
@@ -484,10 +470,6 @@ static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t col
     split_columns(dst, (const uint16_t*)b->data + base, b->col, g->kc_now, kc, cols);
     return;
   }
-  if (b->col == 1 && nr == 32) {
-    interleave_rows(dst, (const uint16_t*)b->data + base, b->row, g->kc_now, kc, cols);
-    return;
-  }
   memset(dst, 0, (size_t)(kc * nr) * sizeof(uint16_t));
   for (int64_t j = 0; j < cols && b->row == 1; j++) /* a transposed B: pairs are contiguous */
     for (int64_t k = 0; k + 1 < g->kc_now; k += 2)
@@ -523,6 +505,35 @@ static void pack_b_rows(const Gemm* g, int64_t first, int64_t last) {
       int64_t j = (panel - first) * nr, cols = width - j < nr ? width - j : nr;
       widen(dst, at(b, base + k * b->row + j), b->dtype, cols);
       for (int64_t c = cols; c < nr; c++) dst[c] = 0.0f;
+    }
+  }
+}
+
+/* Panels [first, last) of a row-major bfloat16 B in pairs (nr = 32, pack_b_pairs' layout:
+ * rows k and k + 1 interleaved into rows of 32 pairs, zeros past the K block's end and the
+ * columns'), two rows of B at a time across all the panels: each row read as one run, its
+ * next rows prefetched (a panel at a time reads 64 bytes of each row, a page apart). */
+static V4 void pack_b_row_pairs(const Gemm* g, int64_t first, int64_t last) {
+  const tilec_gemm_operand* b = b_of(g);
+  const __m512i lo = _mm512_loadu_si512(PAIR_LOW);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  int64_t j0 = g->jc + first * 32, width = g->p->n - j0 < (last - first) * 32 ?
+                                            g->p->n - j0 : (last - first) * 32;
+  const uint16_t* src = (const uint16_t*)b->data + g->batch * b->batch + g->pc * b->row + j0;
+  int64_t kc = g->kc_now, padded = kstride(g) * 2, ld = b->row;
+  for (int64_t k = 0; k < padded; k += 2) {
+    for (int64_t t = k + PACK_AHEAD; t < k + PACK_AHEAD + 2 && t < kc; t++)
+      prefetch_run(src + t * ld, 2 * width);
+    for (int64_t panel = first; panel < last; panel++) {
+      int64_t j = (panel - first) * 32;
+      __mmask32 mask = first_lanes(width - j);
+      __m512i r0 = k < kc ? _mm512_maskz_loadu_epi16(mask, src + k * ld + j)
+                          : _mm512_setzero_si512();
+      __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + (k + 1) * ld + j)
+                              : _mm512_setzero_si512();
+      uint16_t* dst = (uint16_t*)(g->bp + panel * kstride(g) * 32) + k * 32;
+      _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(r0, lo, r1));
+      _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi, r1));
     }
   }
 }
@@ -593,6 +604,10 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
     int64_t j0 = g->jc + panel * nr;
     int64_t cols = g->p->n - j0 < nr ? g->p->n - j0 : nr;
     int64_t base = g->batch * b->batch + g->pc * b->row + j0 * b->col;
+    if (g->u.pairs && !g->u.split && b->col == 1 && nr == 32) {
+      pack_b_row_pairs(g, panel, last);
+      return;
+    }
     if (g->u.pairs) {
       pack_b_pairs(g, (uint16_t*)dst, base, cols);
       continue;
