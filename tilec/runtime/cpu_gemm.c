@@ -456,6 +456,51 @@ static V4 void split_columns(uint16_t* dst, const uint16_t* src, int64_t ld, int
   }
 }
 
+/* r (16 rows of 16 32-bit words) transposed in place: word w of row i becomes word i of row
+ * w.  Four rounds, each exchanging the blocks of s = 8, 4, 2, 1 words that rows s apart hold
+ * in each other's place. */
+static inline V4 void transpose_words16(__m512i r[16]) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+#pragma GCC unroll 4
+  for (int s = 8; s >= 1; s /= 2) {
+    __mmask16 upper = _mm512_test_epi32_mask(lane, _mm512_set1_epi32(s));
+    /* lanes 0-15 index the first row, 16-31 the second */
+    __m512i first = _mm512_mask_add_epi32(lane, upper, lane, _mm512_set1_epi32(16 - s));
+    __m512i second = _mm512_mask_add_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(s)), upper,
+                                           lane, _mm512_set1_epi32(16));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      if (!(i & s)) {
+        __m512i a = r[i], b = r[i + s];
+        r[i] = _mm512_permutex2var_epi32(a, first, b);
+        r[i + s] = _mm512_permutex2var_epi32(a, second, b);
+      }
+  }
+}
+
+/* A transposed bfloat16 B in pairs (column j of cols at src + j * ld, contiguous along K, kc
+ * of padded real): each column's run of K is already its pairs, 32-bit words, so a panel is
+ * their transpose, 16 columns by 16 pairs at a time; zeros past the K block's end and the
+ * columns'. */
+static V4 void transpose_pairs(uint16_t* dst, const uint16_t* src, int64_t ld, int64_t kc,
+                               int64_t padded, int64_t cols) {
+  uint32_t* out = (uint32_t*)dst;
+  for (int half = 0; half < 32; half += 16)
+    for (int64_t k = 0; k < padded; k += 32) {
+      __mmask32 mask = first_lanes(kc - k);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) {
+        const uint16_t* column = src + (half + i) * ld + k;
+        _mm_prefetch((const char*)column + 256, _MM_HINT_T0);   /* 16 short runs: ahead */
+        r[i] = half + i < cols ? _mm512_maskz_loadu_epi16(mask, column) : _mm512_setzero_si512();
+      }
+      transpose_words16(r);
+#pragma GCC unroll 16
+      for (int w = 0; w < 16; w++) _mm512_storeu_si512(out + (k / 2 + w) * 32 + half, r[w]);
+    }
+}
+
 /* The same in pairs: B's element (k, j) of the block at (k / 2) * 2 nr + 2 j + k % 2, zero
  * past the K block's end and the columns' (cols); the rows of pairs form AMX's tiles. */
 static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t cols) {
@@ -470,11 +515,12 @@ static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t col
     split_columns(dst, (const uint16_t*)b->data + base, b->col, g->kc_now, kc, cols);
     return;
   }
+  if (b->row == 1) { /* nr == 32 */
+    transpose_pairs(dst, (const uint16_t*)b->data + base, b->col, g->kc_now, kc, cols);
+    return;
+  }
   memset(dst, 0, (size_t)(kc * nr) * sizeof(uint16_t));
-  for (int64_t j = 0; j < cols && b->row == 1; j++) /* a transposed B: pairs are contiguous */
-    for (int64_t k = 0; k + 1 < g->kc_now; k += 2)
-      memcpy(dst + k * nr + 2 * j, (const uint16_t*)b->data + base + j * b->col + k, 4);
-  for (int64_t k = b->row == 1 ? g->kc_now / 2 * 2 : 0; k < g->kc_now; k++) {
+  for (int64_t k = 0; k < g->kc_now; k++) {
     uint16_t* row = dst + k / 2 * 2 * nr + k % 2;
     for (int64_t j = 0; j < cols; j++) row[2 * j] = bits_at(b, base + k * b->row + j * b->col);
   }
