@@ -1008,11 +1008,12 @@ static ALWAYS_INLINE V3 __m256 b_vector8(const void* line, int64_t v, int dtype)
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* One row of A (a decode) reads STREAM_ROWS_1 rows of B side by side, a line or two of each
- * a step: the hardware prefetchers fall behind on so many short streams (the kernel read
- * float32 at 16 GB/s, and a weight stored [N, K], read in the same order by dots_v4, at 23).
- * The lines STREAM_AHEAD bytes ahead in the row are prefetched (float32 1.23x, bfloat16
- * 1.21x the bandwidth; 512 bytes ahead 4-10% less, 2048 bytes 3-14% less, 4096 19-37% less). */
+/* A chunk reads STREAM_ROWS rows of B side by side (STREAM_ROWS_1 for one row of A, a
+ * decode), a line or a few of each a step: the hardware prefetchers fall behind on so many
+ * short streams (one row of A read float32 at 16 GB/s, and a weight stored [N, K], read in
+ * the same order by dots_v4, at 23).  The lines STREAM_AHEAD bytes ahead in each row are
+ * prefetched (one row of A: float32 1.23x, bfloat16 1.21x the bandwidth, 512 bytes ahead
+ * 4-10% less, 2048 3-14% less, 4096 19-37% less; 2-8 rows: 1.09-1.43x). */
 #define STREAM_AHEAD 1024
 
 static ALWAYS_INLINE void prefetch_ahead(const char* from, int64_t bytes) {
@@ -1074,8 +1075,7 @@ static ALWAYS_INLINE V4 void stream_group(const Chunk* ch, int64_t v, const int 
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
     __m512 bv[8];
-    if (R == 1)
-      prefetch_ahead(line + 16 * v * element_bytes(dtype), 16 * NV * element_bytes(dtype));
+    prefetch_ahead(line + 16 * v * element_bytes(dtype), 16 * NV * element_bytes(dtype));
 #pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector(line, v + u, dtype);
 #pragma GCC unroll 16
@@ -1123,8 +1123,7 @@ static ALWAYS_INLINE V3 void stream_group8(const Chunk* ch, int64_t v, const int
   for (int64_t r = 0; r < ch->rows; r++) {
     const char* line = line0 + r * row;
     __m256 bv[4];
-    if (R == 1)
-      prefetch_ahead(line + 8 * v * element_bytes(dtype), 8 * NV * element_bytes(dtype));
+    prefetch_ahead(line + 8 * v * element_bytes(dtype), 8 * NV * element_bytes(dtype));
 #pragma GCC unroll 16
     for (int u = 0; u < NV; u++) bv[u] = b_vector8(line, v + u, dtype);
 #pragma GCC unroll 16
@@ -1210,6 +1209,8 @@ static ALWAYS_INLINE DP void stream_group_dp(const Chunk* ch, int64_t v, const i
   for (int64_t r = 0; r < ch->rows; r += 2) {
     const __m256i* line = (const __m256i*)(line0 + r * row);
     const __m256i* next = (const __m256i*)(line0 + (r + 1) * row);
+    prefetch_ahead((const char*)(line + v), 32 * NV);
+    if (r + 1 < ch->rows) prefetch_ahead((const char*)(next + v), 32 * NV);
     __m512bh bv[8];
 #pragma GCC unroll 16
     for (int u = 0; u < NV; u++) {
