@@ -493,7 +493,7 @@ static V4 void transpose_pairs(uint16_t* dst, const uint16_t* src, int64_t ld, i
 #pragma GCC unroll 16
       for (int i = 0; i < 16; i++) {
         const uint16_t* column = src + (half + i) * ld + k;
-        _mm_prefetch((const char*)column + 256, _MM_HINT_T0);   /* 16 short runs: ahead */
+        _mm_prefetch((const char*)column + 256, _MM_HINT_T0);   /* 16 short runs at once */
         r[i] = half + i < cols ? _mm512_maskz_loadu_epi16(mask, column) : _mm512_setzero_si512();
       }
       transpose_words16(r);
@@ -502,8 +502,9 @@ static V4 void transpose_pairs(uint16_t* dst, const uint16_t* src, int64_t ld, i
     }
 }
 
-/* The same in pairs: B's element (k, j) of the block at (k / 2) * 2 nr + 2 j + k % 2, zero
- * past the K block's end and the columns' (cols); the rows of pairs form AMX's tiles. */
+/* A panel of B in pairs (Micro.pairs): B's element (k, j) of the block at (k / 2) * 2 nr +
+ * 2 j + k % 2, zero past the K block's end and the columns' (cols); the rows of pairs form
+ * AMX's tiles. */
 static void pack_b_pairs(const Gemm* g, uint16_t* dst, int64_t base, int64_t cols) {
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr;
@@ -1013,7 +1014,7 @@ static ALWAYS_INLINE V3 __m256 b_vector8(const void* line, int64_t v, int dtype)
  * short streams (one row of A read float32 at 16 GB/s, and a weight stored [N, K], read in
  * the same order by dots_v4, at 23).  The lines STREAM_AHEAD bytes ahead in each row are
  * prefetched (one row of A: float32 1.23x, bfloat16 1.21x the bandwidth, 512 bytes ahead
- * 4-10% less, 2048 3-14% less, 4096 19-37% less; 2-8 rows: 1.09-1.43x). */
+ * 4-10% less, 2048 3-14% less, 4096 19-37% less; 2-16 rows: up to 1.43x). */
 #define STREAM_AHEAD 1024
 
 static ALWAYS_INLINE void prefetch_ahead(const char* from, int64_t bytes) {
