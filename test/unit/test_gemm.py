@@ -261,6 +261,16 @@ def test_small_m_splits_k_and_columns(lib, m):
         agrees(lib, name, m, 2100, 1000)
 
 
+@pytest.mark.parametrize("m", [3, 16])
+def test_small_m_sums_of_a_page_wide_row(lib, m):
+    """The streamed path where N is a multiple of 1024: its float32 sums' rows, a multiple of
+    4 KiB long, are stored a line further apart (else all of a group's rows fall in one set
+    of L1); the splits' adds and the epilogue read them at that stride.  K = 600 in two
+    splits, exact sums."""
+    for name in ("plain", "bf16_shared", "f16"):
+        agrees(lib, name, m, 1024, 600)
+
+
 def test_one_thread_gives_the_same_bits():
     """The GEMM's sums do not depend on how the work is shared out: the packed path and the
     streamed one (M = 5, K in 11 splits)."""

@@ -977,7 +977,10 @@ typedef struct {
                             * row i at word (k / 2) m + i (zero past K) */
   int64_t width;           /* columns per item */
   int64_t splits, rows;    /* B's rows: splits of K of `rows` rows each */
-  float* sums;             /* B's rows: splits x m x n, the splits' sums */
+  float* sums;             /* B's rows: splits x m rows of the splits' sums, ld apart */
+  int64_t ld;              /* floats from a row of sums to the next: n, and a line more
+                            * where rows n apart would all fall in one set of L1 (n a
+                            * multiple of 1024: 16 rows of a group, 12 ways) */
 } Stream;
 
 #define STREAM_ACC 16384    /* floats of an item's sums (m x width), in L2 */
@@ -1297,8 +1300,8 @@ static void stream_rows(const Stream* s, int64_t item) {
   int64_t split = item / blocks, j0 = item % blocks * s->width;
   int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
   int64_t k0 = split * s->rows, k1 = k0 + s->rows < p->k ? k0 + s->rows : p->k;
-  float* acc = s->sums + split * p->m * p->n + j0;
-  for (int64_t i = 0; i < p->m; i++) memset(acc + i * p->n, 0, (size_t)cols * sizeof(float));
+  float* acc = s->sums + split * p->m * s->ld + j0;
+  for (int64_t i = 0; i < p->m; i++) memset(acc + i * s->ld, 0, (size_t)cols * sizeof(float));
   int v4 = tilec_cpu_level() >= 4, lanes = v4 ? 16 : 8;
   int64_t vectors = cols / lanes, m;
   int64_t step = p->m == 1 ? STREAM_ROWS_1 : STREAM_ROWS;
@@ -1307,7 +1310,7 @@ static void stream_rows(const Stream* s, int64_t item) {
     for (int64_t i0 = 0; i0 < p->m; i0 += m) {
       m = group_rows(p->m - i0, v4 ? 16 : ROWS_V3);
       Chunk c = {at(b, s->batch * b->batch + r * b->row + j0), b->row * element_bytes(b->dtype),
-                 rows, b->dtype, s->a + r * p->m + i0, p->m, acc + i0 * p->n, p->n};
+                 rows, b->dtype, s->a + r * p->m + i0, p->m, acc + i0 * s->ld, s->ld};
       if (s->pairs) {   /* r is even: splits and chunks are multiples of STREAM_ROWS rows */
         c.a = s->a + r / 2 * p->m + i0;
         stream_chunk_dp(&c, m, vectors);
@@ -1319,7 +1322,7 @@ static void stream_rows(const Stream* s, int64_t item) {
     for (int64_t j = vectors * lanes; j < cols; j++)
       for (int64_t kk = r; kk < r + rows; kk++) {
         float bj = element(b, s->batch * b->batch + kk * b->row + j0 + j);
-        for (int64_t i = 0; i < p->m; i++) acc[i * p->n + j] += a_element(s, kk, i) * bj;
+        for (int64_t i = 0; i < p->m; i++) acc[i * s->ld + j] += a_element(s, kk, i) * bj;
       }
   }
 }
@@ -1480,11 +1483,11 @@ static void add_splits(void* ctx, int64_t first, int64_t last) {
     int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
     for (int64_t split = 1; split < s->splits; split++)
       for (int64_t i = 0; i < p->m; i++) {
-        float* dst = s->sums + i * p->n + j0;
-        const float* src = s->sums + (split * p->m + i) * p->n + j0;
+        float* dst = s->sums + i * s->ld + j0;
+        const float* src = s->sums + (split * p->m + i) * s->ld + j0;
         for (int64_t j = 0; j < cols; j++) dst[j] += src[j];
       }
-    p->epilogue(p->ctx, s->sums + j0, p->n, s->batch * p->m, (s->batch + 1) * p->m, j0,
+    p->epilogue(p->ctx, s->sums + j0, s->ld, s->batch * p->m, (s->batch + 1) * p->m, j0,
                 j0 + cols);
   }
 }
@@ -1502,7 +1505,8 @@ static int plan_rows(Stream* s) {
   s->rows = round_up((p->k + splits - 1) / splits, STREAM_ROWS);
   if (s->rows == 0) s->rows = STREAM_ROWS;
   s->splits = (p->k + s->rows - 1) / s->rows > 1 ? (p->k + s->rows - 1) / s->rows : 1;
-  s->sums = grown(&stream_sums, s->splits * p->m * p->n);
+  s->ld = p->n % 1024 == 0 ? p->n + 16 : p->n;
+  s->sums = grown(&stream_sums, s->splits * p->m * s->ld);
   return s->sums != NULL;
 }
 
