@@ -972,9 +972,10 @@ typedef struct {
   int64_t batch;
   const float* a;          /* the batch's rows of A, widened: k x m for B's rows (A
                             * transposed: a row of B's m factors in one line), else m x k */
-  int pairs;               /* B's rows, bfloat16 A and B on vdpbf16ps (dp_streams): a holds
+  int pairs;               /* bfloat16 A and B on vdpbf16ps (dp_streams).  B's rows: a holds
                             * A's pairs, (k + 1) / 2 x m words, the elements k and k + 1 of
-                            * row i at word (k / 2) m + i (zero past K) */
+                            * row i at word (k / 2) m + i (zero past K); B's columns: A's rows
+                            * as they are, m x k bfloat16 */
   int64_t width;           /* columns per item */
   int64_t splits, rows;    /* B's rows: splits of K of `rows` rows each */
   float* sums;             /* B's rows: splits x m rows of the splits' sums, ld apart */
@@ -1345,6 +1346,7 @@ static V3 float sum8(__m256 v) {
  * twice as fast a step, gained nothing from it (0.82-1.0x). */
 #define DOT_COLUMNS_V4 8   /* 1.09-1.19x the bandwidth of 4 in bfloat16 and float16 */
 #define DOT_COLUMNS 4
+#define DOTS_DP_ROWS 1
 
 /* acc[i * ld + j] = A's row i . column j of B for the columns [j0, j0 + cols) of the batch,
  * B's element type `dtype` (a constant where inlined). */
@@ -1398,6 +1400,52 @@ static V4 void dots_columns_v4(const Stream* s, int64_t j0, int64_t cols, float*
     dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_F16);
   else
     dots_v4(s, j0, cols, acc, ld, TILEC_GEMM_BF16);
+}
+
+/* dots_v4 for bfloat16 A and B on vdpbf16ps (Stream.pairs): a column's run of K and a row of
+ * A's are both pairs already, so each step takes 32 elements of both as they lie, no
+ * widening, two products a lane; K's tail masked. */
+static DP void dots_dp(const Stream* s, int64_t j0, int64_t cols, float* acc, int64_t ld) {
+  const tilec_gemm_problem* p = s->p;
+  const tilec_gemm_operand* b = &p->b;
+  const uint16_t* a = (const uint16_t*)s->a;
+  int64_t k = p->k;
+  for (int64_t j = 0; j < cols; j += DOT_COLUMNS_V4) {
+    const uint16_t* w[DOT_COLUMNS_V4];
+    int64_t nc = cols - j < DOT_COLUMNS_V4 ? cols - j : DOT_COLUMNS_V4;
+#pragma GCC unroll 8
+    for (int c = 0; c < DOT_COLUMNS_V4; c++)    /* past the last column: the last again */
+      w[c] = at(b, s->batch * b->batch + (j0 + j + (c < nc ? c : nc - 1)) * b->col);
+    for (int64_t i = 0; i < p->m; i++) {
+      const uint16_t* ai = a + i * k;
+      __m512 sum[DOT_COLUMNS_V4][2];
+#pragma GCC unroll 8
+      for (int c = 0; c < DOT_COLUMNS_V4; c++) sum[c][0] = sum[c][1] = _mm512_setzero_ps();
+      int64_t e = 0;
+      for (; e + 64 <= k; e += 64) {
+        __m512bh a0 = (__m512bh)_mm512_loadu_si512(ai + e);
+        __m512bh a1 = (__m512bh)_mm512_loadu_si512(ai + e + 32);
+#pragma GCC unroll 8
+        for (int c = 0; c < DOT_COLUMNS_V4; c++) {
+          if (i == 0) prefetch_ahead((const char*)(w[c] + e), 128);
+          sum[c][0] = _mm512_dpbf16_ps(sum[c][0], a0, (__m512bh)_mm512_loadu_si512(w[c] + e));
+          sum[c][1] = _mm512_dpbf16_ps(sum[c][1], a1,
+                                       (__m512bh)_mm512_loadu_si512(w[c] + e + 32));
+        }
+      }
+      for (; e < k; e += 32) {
+        __mmask32 live = first_lanes(k - e);
+        __m512bh a0 = (__m512bh)_mm512_maskz_loadu_epi16(live, ai + e);
+#pragma GCC unroll 8
+        for (int c = 0; c < DOT_COLUMNS_V4; c++)
+          sum[c][0] = _mm512_dpbf16_ps(sum[c][0], a0,
+                                       (__m512bh)_mm512_maskz_loadu_epi16(live, w[c] + e));
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < DOT_COLUMNS_V4; c++)
+        if (c < nc) acc[i * ld + j + c] = _mm512_reduce_add_ps(_mm512_add_ps(sum[c][0], sum[c][1]));
+    }
+  }
 }
 
 /* x86-64-v3: dots_v4 on 8 lanes, the last k % 16 elements one at a time. */
@@ -1462,7 +1510,9 @@ static void column_items(void* ctx, int64_t first, int64_t last) {
   for (int64_t item = first; item < last; item++) {
     int64_t j0 = item * s->width;
     int64_t cols = p->n - j0 < s->width ? p->n - j0 : s->width;
-    if (tilec_cpu_level() >= 4)
+    if (s->pairs)
+      dots_dp(s, j0, cols, acc, s->width);
+    else if (tilec_cpu_level() >= 4)
       dots_columns_v4(s, j0, cols, acc, s->width);
     else
       dots_columns_v3(s, j0, cols, acc, s->width);
@@ -1560,13 +1610,25 @@ static void pair_a(const Stream* s, uint32_t* words) {
     }
 }
 
+/* A's rows as they are into m x k bfloat16 (Stream.pairs, B's columns). */
+static void copy_a(const Stream* s, uint16_t* rows) {
+  const tilec_gemm_problem* p = s->p;
+  const tilec_gemm_operand* x = &p->a;
+  for (int64_t i = 0; i < p->m; i++)
+    for (int64_t k = 0; k < p->k; k++)
+      rows[i * p->k + k] = bits_at(x, s->batch * x->batch + i * x->row + k * x->col);
+}
+
 /* Whether B's rows stream on vdpbf16ps: bfloat16 A and B of rows contiguous, at least 8
  * rows of A (fewer are bound by memory: 4 rows ran as fast either way, 2 slower), and
  * AVX512-BF16 without AMX (where AMX is, as on Sapphire Rapids, vdpbf16ps runs at half the
  * float32 FMA rate). */
 static int dp_streams(const tilec_gemm_problem* p) {
-  return p->a.dtype == TILEC_GEMM_BF16 && p->b.dtype == TILEC_GEMM_BF16 && p->b.col == 1 &&
-         p->m >= 8 && tilec_cpu_bf16() && !tilec_cpu_amx();
+  if (p->a.dtype != TILEC_GEMM_BF16 || p->b.dtype != TILEC_GEMM_BF16 || !tilec_cpu_bf16() ||
+      tilec_cpu_amx())
+    return 0;
+  if (p->b.col == 1) return p->m >= 8;
+  return p->b.row == 1 && p->m >= DOTS_DP_ROWS;
 }
 
 static int gemm_streamed(const tilec_gemm_problem* p) {
@@ -1578,8 +1640,10 @@ static int gemm_streamed(const tilec_gemm_problem* p) {
   if (!rows) plan_columns(&s);
   int64_t blocks = (p->n + s.width - 1) / s.width;
   for (s.batch = 0; s.batch < p->batch; s.batch++) {
-    if (s.pairs)
+    if (s.pairs && rows)
       pair_a(&s, (uint32_t*)a);
+    else if (s.pairs)
+      copy_a(&s, (uint16_t*)a);
     else
       widen_a(&s, a, rows);
     if (!rows) {
