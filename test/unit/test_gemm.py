@@ -341,6 +341,15 @@ def test_a_long_k_is_summed_whole(lib, m):
     agrees(lib, "shared", m, 33, 8192)
 
 
+def test_bfloat16_dot_products_take_k_in_blocks(lib):
+    """bfloat16 x @ transpose(w) for up to 16 rows of A (vdpbf16ps where the CPU has
+    AVX512-BF16): from 8 rows K in blocks of 512 for all the rows before the next block, the
+    last block short, its tail masked (fewer rows: K whole, the tail masked); exact sums, so
+    a block dropped or counted twice shows."""
+    for m in (1, 5, 16):
+        agrees(lib, "bf16", m, 70, 1100)
+
+
 def test_many_rows_run_in_passes(lib):
     """More than the runtime's 2048 rows per pass (its accumulators are bounded): a batch of 3
     x 1000 rows sharing one weight, and 2100 plain rows."""
