@@ -355,7 +355,6 @@ typedef struct {
   float* bp;                      /* B's block, packed */
   float* acc;                     /* m x nc accumulators */
   uint64_t call;                  /* this call's number (gemm_packed) */
-  int pack_in_items;              /* one row block: each item packs its own slice of B */
   int failed;
 } Gemm;
 
@@ -652,7 +651,7 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
     int64_t j0 = g->jc + panel * nr;
     int64_t cols = g->p->n - j0 < nr ? g->p->n - j0 : nr;
     int64_t base = g->batch * b->batch + g->pc * b->row + j0 * b->col;
-    if (g->u.pairs && !g->u.split && b->col == 1 && nr == 32) {
+    if (g->u.pairs && !g->u.split && b->col == 1) { /* nr == 32 */
       pack_b_row_pairs(g, panel, last);
       return;
     }
@@ -845,6 +844,11 @@ static int holds(const PackedA* x, const PackedA* y) {
          && x->pc == y->pc && x->at == y->at;
 }
 
+/* Whether each item packs its own slice of B: with one row block an item's slice is read by
+ * that item alone, and packed right before its tiles it is still in L2 for them (with a
+ * packing pass of its own, the whole block went out to memory and back between the two). */
+static int packs_in_items(const Gemm* g) { return g->m <= g->mc; }
+
 static void compute_items(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   int mr = g->u.mr, nr = g->u.nr;
@@ -858,7 +862,7 @@ static void compute_items(void* ctx, int64_t first, int64_t last) {
     int64_t i0 = item / g->slices * g->mc, s0 = item % g->slices * g->slice;
     int64_t rows = g->m - i0 < g->mc ? g->m - i0 : g->mc;
     int64_t s1 = s0 + g->slice < g->nc_now ? s0 + g->slice : g->nc_now;
-    if (g->pack_in_items) pack_b(g, s0 / nr, (s1 + nr - 1) / nr);
+    if (packs_in_items(g)) pack_b(g, s0 / nr, (s1 + nr - 1) / nr);
     PackedA want = {g->call, g->batch, g->m0, i0, g->pc, ap};
     if (!holds(&want, &packed_a_holds)) {
       pack_a(g, ap, i0, rows);
@@ -908,15 +912,11 @@ static int gemm_batch(Gemm* g) {
   for (g->jc = 0; g->jc < p->n; g->jc += g->nc) {
     g->nc_now = p->n - g->jc < g->nc ? p->n - g->jc : g->nc;
     plan_items(g);
-    /* With one row block an item's slice of B is read by that item alone: packed by it,
-     * right before its tiles, it is still in L2 for them (with a packing pass of its own,
-     * the whole block went out to memory and back between the two). */
-    g->pack_in_items = g->m <= g->mc;
     g->pc = 0;
     do {
       g->kc_now = p->k - g->pc < g->kc ? p->k - g->pc : g->kc;
       int64_t panels = (g->nc_now + g->u.nr - 1) / g->u.nr;
-      if (!g->pack_in_items) tilec_parallel_for(panels, SHARED_TRAFFIC, pack_b, g);
+      if (!packs_in_items(g)) tilec_parallel_for(panels, SHARED_TRAFFIC, pack_b, g);
       tilec_parallel_items((g->m + g->mc - 1) / g->mc * g->slices, compute_items, g);
       if (g->failed) return TILEC_ERR_NO_MEMORY;
       g->pc += g->kc_now;
