@@ -127,9 +127,9 @@ def test_gemm_bench_runs_the_shapes_and_dtypes_it_is_given(tmp_path):
             if re.match(r"\| \d+ \| \d+ \| \d+ \| \w+ \| ", ln)]
     assert [r[:4] for r in rows] == [["| 8", "16", "24", "float16"], ["| 3", "5", "7", "float16"],
                                      ["| 1", "64", "32", "float16"]]
-    # a decode's row: its weight's bandwidth against a copy of as many bytes, measured
-    # with it, over a rotation of at most MOST_WEIGHTS weights
-    assert rows[0][7] == "" and re.fullmatch(r"\d+\.\d \(\d+% of \d+\.\d, (\d+) weights\)",
+    # a decode's row: its weight's bandwidth, its share of a copy of as many bytes measured
+    # with it and the copy's, over a rotation of at most MOST_WEIGHTS weights
+    assert rows[0][7] == "" and re.fullmatch(r"\d+\.\d \(\d+%; copy \d+\.\d, (\d+) weights\)",
                                              rows[2][7]), rows[2]
     # and for the weight stored [N, K], as a Linear's (no torch here: its cell says so)
     assert rows[0][11] == " |" and re.fullmatch(r"\d+\.\d \(\d+%\), — \|", rows[2][11]), rows[2]
@@ -179,3 +179,33 @@ def test_runs_compared_by_a_ratio_are_timed_in_turns():
     turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
     assert turns == ["a", "b"] * 3
     assert 0.01 <= fast < 0.03 <= slow
+
+
+def test_a_share_of_a_copy_is_taken_round_by_round():
+    """The host's bandwidth doubled for one round, which the copy saw and the decode did not:
+    a ratio of the bests reads 50%; in the other rounds the decode moved its bytes as fast
+    as the copy, so its share (the median of the rounds' shares) is 1.  Two slow rounds of
+    three are its share."""
+    from tilec.bench.gemm import round_share
+    decode, copy = [1.0, 1.0, 1.0], [0.5, 1.0, 1.0]    # seconds a round over as many bytes
+    assert (1 / min(decode)) / (1 / min(copy)) == 0.5   # the ratio of the bests
+    assert round_share(decode, copy, 1, 1) == 1.0
+    assert round_share(decode, copy, 1, 2) == 0.5       # the copy moved twice the bytes
+    assert round_share([1.0, 2.0, 2.0], [0.5, 1.0, 1.0], 1, 1) == 0.5
+
+
+def test_in_turns_keeps_every_round():
+    import time
+
+    from tilec.bench.gemm import in_turns
+    calls = []
+
+    def runner(name: str, seconds: float):
+        def run() -> None:
+            calls.append(name)
+            time.sleep(seconds)
+        return run
+
+    a, b = in_turns([runner("a", 0.001), runner("b", 0.02)], 4)
+    assert len(a) == len(b) == 4
+    assert max(a) < 0.02 <= min(b)

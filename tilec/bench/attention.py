@@ -10,8 +10,9 @@ and values come from memory, not the cache; SDPA reads the same sets.  Out: one 
 table: per case the best time of each, tilec's speed-up over SDPA (above 1: tilec faster),
 and for decode the bytes of the keys and values read per second against a copy's over as
 many bytes in the same process, timed in turns with it (``np.copyto`` between preallocated
-buffers, in as many threads as tilec runs; bytes read and written, as STREAM counts them)
-and its percentage.
+buffers, in as many threads as tilec runs; bytes read and written, as STREAM counts them):
+the best of each, and the decode's percentage of the copy's bandwidth in the same round,
+the median over the rounds (``round_share``: the host's bandwidth moves between rounds).
 
 With ``--memory``, one more call per case measures tilec's peak extra memory: the most bytes
 the library's own allocations (its threads' scratch, packed keys and values, split results,
@@ -36,7 +37,7 @@ import numpy as np
 
 import tilec
 
-from .gemm import best, best_each, copying, last_level_cache, tilec_threads
+from .gemm import best, copying, in_turns, last_level_cache, round_share, tilec_threads
 
 SOURCE = """
 func causal__T(q: Tensor<T>[b, hk, g, s, d], k: Tensor<T>[b, hk, 1, t, d],
@@ -117,12 +118,13 @@ def time_case(lib: Any, case: Case, repeat: int, rng: np.random.Generator,
         for k, v in sets:
             fn(q, k, v, out=out)
 
-    if kind == "decode":    # in turns with a copy of as many bytes (best_each)
+    if kind == "decode":    # in turns with a copy of as many bytes
         kv_bytes = sum(k.nbytes + v.nbytes for k, v in sets)
         with copying(kv_bytes, tilec_threads()) as (copy, moved):
-            mine, copied = best_each([run, copy], repeat)
-        row["tilec"] = mine / len(sets)
-        row["gbps"], row["copy"] = kv_bytes / mine / 1e9, moved / copied / 1e9
+            mine, copied = in_turns([run, copy], repeat)
+        row["tilec"] = min(mine) / len(sets)
+        row["gbps"], row["copy"] = kv_bytes / min(mine) / 1e9, moved / min(copied) / 1e9
+        row["share"] = round_share(mine, copied, kv_bytes, moved)
     else:
         row["tilec"] = best(run, repeat) / len(sets)
     try:
@@ -160,13 +162,14 @@ def report(rows: list[tuple[Case, dict]], level: str) -> str:
              f"({last_level_cache() / 2**20:.0f} MiB); its copy runs in {tilec_threads()} "
              "threads over as many bytes, counting bytes read and written.", "",
              "| case | s | t | causal | dtype | tilec ms | SDPA ms | tilec/SDPA speed-up | "
-             "decode GB/s (copy GB/s) | decode % of copy | tilec peak extra MiB |",
+             "decode GB/s (copy GB/s), best | decode % of copy, median round | "
+             "tilec peak extra MiB |",
              "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (kind, s, t, causal, dtype), row in rows:
         sdpa = row.get("sdpa")
         speed = f"{sdpa / row['tilec']:.2f}x" if sdpa else "-"
         gbps = f"{row['gbps']:.1f} ({row['copy']:.1f})" if "gbps" in row else ""
-        share = f"{100 * row['gbps'] / row['copy']:.0f}%" if "gbps" in row else ""
+        share = f"{100 * row['share']:.0f}%" if "gbps" in row else ""
         extra = f"{row['extra'] / 2**20:.1f}" if row.get("extra") is not None else ""
         lines.append(f"| {kind} | {s} | {t} | {'yes' if causal else 'no'} | {dtype} | "
                      f"{row['tilec'] * 1e3:.1f} | {sdpa * 1e3 if sdpa else 0:.1f} | {speed} | "

@@ -8,10 +8,12 @@ preallocated for every one, ``out=``), tilec's GFLOP/s and fraction of the machi
 FMA rate, each peer's time and tilec's speed-up over it.  M = 1 (decode) calls rotate
 through weights whose working set is at least twice the last level cache when the machine
 holds them (else as many as fit a quarter of its memory), and the row reports the weight's
-bytes per second against a copy's over as many bytes, timed in turns with it (``best_each``;
+bytes per second against a copy's over as many bytes, timed in turns with it (``in_turns``;
 ``np.copyto`` between preallocated buffers in as many threads as tilec runs, bytes read
 and written), for the weight stored [K, N] (``x @ w``) and, in its last column, stored [N, K]
-as a Linear layer's is (``x @ transpose(w)``, the same bytes reshaped).
+as a Linear layer's is (``x @ transpose(w)``, the same bytes reshaped).  Its percentage of
+the copy is that of each round, the median over the rounds (``round_share``): the host's
+bandwidth moves between rounds, and the two bests may come from different ones.
 
 Peak: measured (``tilec/bench/peak.py``): on each of this process's CPUs a loop of
 independent float32 FMAs on vectors of the code tilec runs (16 lanes for AVX-512, 8 for
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -124,16 +127,31 @@ def best(run: Callable[[], Any], repeat: int,
     return min(times)
 
 
-def best_each(runs: Sequence[Callable[[], Any]], repeat: int) -> list[float]:
-    """The least of ``repeat`` timed calls of each of ``runs``, taken in turns: each round
-    times every run once, after WARM_UP_S of its own untimed calls.  On a host whose speed
+def in_turns(runs: Sequence[Callable[[], Any]], repeat: int) -> list[list[float]]:
+    """Each of ``runs`` timed once a round for ``repeat`` rounds, each time after WARM_UP_S of
+    its own untimed calls: per run, its seconds round by round.  On a host whose speed
     drifts over minutes (a copy measured 33 GB/s, then 60 a minute later), two runs timed
     one after the other in whole do not compare; in turns they see the same host."""
-    times = [float("inf")] * len(runs)
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeat):
         for i, run in enumerate(runs):
-            times[i] = min(times[i], best(run, 1))
+            times[i].append(best(run, 1))
     return times
+
+
+def best_each(runs: Sequence[Callable[[], Any]], repeat: int) -> list[float]:
+    """The least of each run's times ``in_turns``."""
+    return [min(t) for t in in_turns(runs, repeat)]
+
+
+def round_share(mine: Sequence[float], theirs: Sequence[float], my_bytes: int,
+                their_bytes: int) -> float:
+    """The median over rounds (``in_turns``) of one run's bytes a second over another's in the
+    same round.  Each run's best time may come from a different round, and the host's
+    bandwidth moved by a factor of 1.3-2 between rounds seconds apart (a copy's best of
+    15 read 60 GB/s beside 36-42 in most rounds): a ratio of bests compares two hosts, a
+    round's ratio one."""
+    return statistics.median((my_bytes / a) / (their_bytes / b) for a, b in zip(mine, theirs))
 
 
 def peak_gflops(lanes: int, threads: Optional[int] = None) -> tuple[float, str]:
@@ -211,7 +229,8 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
               rotate: bool) -> dict[str, float]:
     """Best seconds per implementation of one matmul case (outputs preallocated).  A decode
     (M = 1, rotating weights) times whole rotations, each call on the next weight, and then
-    a copy of as many bytes, the three in turns (``best_each``)."""
+    a copy of as many bytes, the three in turns (``in_turns``), and the weight's share of the
+    copy's bandwidth in a round, the median over the rounds (``round_share``)."""
     m, n, k, dtype = case
     kind, suffix = DTYPES[dtype]
     x = (rng.standard_normal((m, k), dtype=np.float32)).astype(kind)
@@ -226,11 +245,15 @@ def time_case(lib: Any, peers: Peers, case: Case, repeat: int, rng: np.random.Ge
 
     if m == 1:    # also a Linear's weight, stored [n, k] (each weight's bytes reshaped)
         linear = getattr(lib, "linear" if dtype == "float32" else f"linear_{suffix}")
-        with copying(sum(w.nbytes for w in ws), tilec_threads()) as (copy, moved):
-            kn, nk, copied = best_each([lambda: [fn(x, w, out=out) for w in ws],
-                                        lambda: [linear(x, w.reshape(n, k), out=out)
-                                                 for w in ws], copy], repeat)
-        got = {"tilec": kn / len(ws), "tilec [n, k]": nk / len(ws), "copy": moved / copied / 1e9}
+        wbytes = sum(w.nbytes for w in ws)
+        with copying(wbytes, tilec_threads()) as (copy, moved):
+            kn, nk, copied = in_turns([lambda: [fn(x, w, out=out) for w in ws],
+                                       lambda: [linear(x, w.reshape(n, k), out=out)
+                                                for w in ws], copy], repeat)
+        got = {"tilec": min(kn) / len(ws), "tilec [n, k]": min(nk) / len(ws),
+               "copy": moved / min(copied) / 1e9,
+               "share": round_share(kn, copied, wbytes, moved),
+               "share [n, k]": round_share(nk, copied, wbytes, moved)}
     else:
         got = {"tilec": timed(lambda w: fn(x, w, out=out), ws)}
     if dtype == "float32":
@@ -322,9 +345,11 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
              f"{len(os.sched_getaffinity(0))} CPUs; peak {peak[0]:.0f} GFLOP/s ({peak[1]}); "
              f"{amx_line(level)}; load average "
              f"{os.getloadavg()[0]:.1f} at the end.  Best of the timed calls, outputs "
-             "preallocated; a peer's cell: ms (tilec's speed-up over it).", "",
-             "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy) "
-             "| torch.matmul | torch.matmul f32 | NumPy | weight stored [N, K]: GB/s (% of copy), "
+             "preallocated; a peer's cell: ms (tilec's speed-up over it).  M = 1: the "
+             "weight's best GB/s, and in brackets its share of the copy's GB/s in the same "
+             "round, the median over the rounds (`round_share`), and the copy's best.", "",
+             "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy; "
+             "copy GB/s) | torch.matmul | torch.matmul f32 | NumPy | weight stored [N, K]: GB/s (% of copy), "
              "torch.matmul |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (m, n, k, dtype), t in rows:
@@ -334,9 +359,9 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
         stream = linear = ""
         if m == 1:
             gbps, gbps_t = wbytes / mine / 1e9, wbytes / t["tilec [n, k]"] / 1e9
-            stream = f"{gbps:.1f} ({100 * gbps / t['copy']:.0f}% of {t['copy']:.1f}, " \
+            stream = f"{gbps:.1f} ({100 * t['share']:.0f}%; copy {t['copy']:.1f}, " \
                      f"{t['weights']} weights)"
-            linear = f"{gbps_t:.1f} ({100 * gbps_t / t['copy']:.0f}%), " \
+            linear = f"{gbps_t:.1f} ({100 * t['share [n, k]']:.0f}%), " \
                      f"{ratio(t.get('torch [n, k]'), t['tilec [n, k]'])}"
         lines.append(f"| {m} | {n} | {k} | {dtype} | {mine * 1e3:.3g} | {gflops:.1f} | "
                      f"{100 * gflops / peak[0]:.0f}% | {stream} | {ratio(t.get('torch'), mine)} "
