@@ -213,43 +213,56 @@ static V3 void block_scores(const float* qt, const float* kb, float* st, int64_t
   }
 }
 
-/* o[r] += sum_j sb[r][j] * vb[j] over the block's cols keys (p in sb). */
+/* block_values' tile: o's rows r0 .. r0 + R - 1 (those past rows repeat row r0 and are not
+ * stored), 16 columns a step: 2R sums, 2 vectors of a value row and a weight in registers. */
+INLINE V3 void values_tile(const float* sb, const float* vb, float* o, int64_t r0, int64_t nr,
+                           const int R, int64_t cols, int64_t dv, int64_t c_first, int64_t c_end) {
+  const float* w[6];
+  float* out[6];
+  #pragma GCC unroll 6
+  for (int r = 0; r < R; r++) {
+    int64_t rr = r0 + (r < nr ? r : 0);
+    w[r] = sb + rr * BN;
+    out[r] = o + rr * dv;
+  }
+  for (int64_t c0 = c_first; c0 < c_end; c0 += 16) {
+    __m256 acc[6][2];
+    #pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+      acc[r][0] = _mm256_loadu_ps(out[r] + c0);
+      acc[r][1] = _mm256_loadu_ps(out[r] + c0 + 8);
+    }
+    const float* vj = vb + c0;
+    for (int64_t j = 0; j < cols; j++, vj += dv) {
+      __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+      #pragma GCC unroll 6
+      for (int r = 0; r < R; r++) {
+        __m256 pr = _mm256_broadcast_ss(w[r] + j);
+        acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+      }
+    }
+    #pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+      if (r >= nr) break;
+      _mm256_storeu_ps(out[r] + c0, acc[r][0]);
+      _mm256_storeu_ps(out[r] + c0 + 8, acc[r][1]);
+    }
+  }
+}
+
+/* o[r] += sum_j sb[r][j] * vb[j] over the block's cols keys (p in sb), for the columns from
+ * c_first: 6 rows at a time (12 sums: 8 left the FMAs waiting on their latency), the last
+ * 1-4 rows 4 at a time. */
 static V3 void block_values(const float* sb, const float* vb, float* o, int64_t rows,
                             int64_t cols, int64_t dv, int64_t c_first) {
   int64_t c = c_first + (dv - c_first) / 16 * 16;
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
-    int64_t nr = rows - r0 < 4 ? rows - r0 : 4;
-    const float* w[4];
-    float* out[4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-      int64_t rr = r0 + (r < nr ? r : 0);
-      w[r] = sb + rr * BN;
-      out[r] = o + rr * dv;
-    }
-    for (int64_t c0 = c_first; c0 < c; c0 += 16) {
-      __m256 acc[4][2];
-      #pragma GCC unroll 4
-      for (int r = 0; r < 4; r++) {
-        acc[r][0] = _mm256_loadu_ps(out[r] + c0);
-        acc[r][1] = _mm256_loadu_ps(out[r] + c0 + 8);
-      }
-      const float* vj = vb + c0;
-      for (int64_t j = 0; j < cols; j++, vj += dv) {
-        __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-          __m256 pr = _mm256_broadcast_ss(w[r] + j);
-          acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
-          acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
-        }
-      }
-      #pragma GCC unroll 4
-      for (int r = 0; r < nr; r++) {
-        _mm256_storeu_ps(out[r] + c0, acc[r][0]);
-        _mm256_storeu_ps(out[r] + c0 + 8, acc[r][1]);
-      }
-    }
+  for (int64_t r0 = 0; r0 < rows; r0 += 6) {
+    int64_t nr = rows - r0 < 6 ? rows - r0 : 6;
+    if (nr > 4)
+      values_tile(sb, vb, o, r0, nr, 6, cols, dv, c_first, c);
+    else
+      values_tile(sb, vb, o, r0, nr, 4, cols, dv, c_first, c);
   }
   for (; c < dv; c++)
     for (int64_t r = 0; r < rows; r++) {
@@ -355,20 +368,24 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
       continue;
     }
     float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top), sum = 0.0f;
-    __m256 vtop = _mm256_set1_ps(top), vsum = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= cols; j += 8) {
+    __m256 vtop = _mm256_set1_ps(top), vsum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (j = 0; j + 8 <= cols; j += 8) {   /* two chains for the sum */
       __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vtop));
       _mm256_storeu_ps(w + j, e);
-      vsum = _mm256_add_ps(vsum, e);
+      vsum[j / 8 % 2] = _mm256_add_ps(vsum[j / 8 % 2], e);
     }
-    _mm256_storeu_ps(lanes, vsum);
+    _mm256_storeu_ps(lanes, _mm256_add_ps(vsum[0], vsum[1]));
     for (int k = 0; k < 8; k++) sum += lanes[k];
     for (; j < cols; j++) sum += (w[j] = exp1(s[j] - top));
     for (; j < BN; j++) w[j] = 0.0f;
     l[r] = l[r] * scale + sum;
     m[r] = top;
-    if (scale != 1.0f)
-      for (int64_t c = 0; c < dv; c++) o[r * dv + c] *= scale;
+    if (scale == 1.0f) continue;
+    float* out = o + r * dv;
+    int64_t c = 0;
+    for (; c + 8 <= dv; c += 8)
+      _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_loadu_ps(out + c), _mm256_set1_ps(scale)));
+    for (; c < dv; c++) out[c] *= scale;
   }
 }
 
