@@ -100,6 +100,28 @@ static V4 int64_t narrow_bf16_v4(uint16_t* d, const float* src, int64_t n) {
   return i;
 }
 
+/* The same on 8 lanes (x86-64-v3), 16 elements a step. */
+static V3 int64_t narrow_bf16_v3(uint16_t* d, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i half[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+      __m256 x = _mm256_loadu_ps(src + i + 8 * h);
+      __m256i u = _mm256_castps_si256(x), high = _mm256_srli_epi32(u, 16);
+      __m256i odd = _mm256_and_si256(high, _mm256_set1_epi32(1));
+      __m256i r = _mm256_srli_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+      __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      half[h] = _mm256_blendv_epi8(r, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+    }
+    /* packus interleaves the halves' 128-bit lanes: 0-3, 8-11 | 4-7, 12-15 */
+    __m256i packed = _mm256_packus_epi32(half[0], half[1]);
+    _mm256_storeu_si256((__m256i*)(d + i), _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  return i;
+}
+
 static void narrow(void* dst, const float* src, int dtype, int64_t n) {
   uint16_t* d = (uint16_t*)dst;
   if (dtype == TILEC_ATTENTION_F32) {
@@ -107,7 +129,8 @@ static void narrow(void* dst, const float* src, int dtype, int64_t n) {
     return;
   }
   int64_t i = 0;
-  if (dtype == TILEC_ATTENTION_BF16 && tilec_cpu_level() >= 4) i = narrow_bf16_v4(d, src, n);
+  if (dtype == TILEC_ATTENTION_BF16)   /* a library never runs below x86-64-v3 */
+    i = tilec_cpu_level() >= 4 ? narrow_bf16_v4(d, src, n) : narrow_bf16_v3(d, src, n);
   for (; i < n; i++)
     d[i] = dtype == TILEC_ATTENTION_F16 ? tilec_f32_to_f16(src[i]) : tilec_f32_to_bf16(src[i]);
 }
