@@ -162,11 +162,12 @@ def test_the_warm_up_outlasts_a_peers_spinning_threads():
 
 def test_runs_compared_by_a_ratio_are_timed_in_turns():
     """A decode's bandwidth is a share of a copy's: timed one after the other in whole, on a
-    host whose speed drifts, the copy read 33 GB/s and a minute later 60.  ``best_each``
-    times each run once a round, each after its own warm-up, and keeps each one's best."""
+    host whose speed drifts, the copy read 33 GB/s and a minute later 60.  ``in_turns``
+    times each run once a round, each after its own warm-up, and keeps every round's time
+    (``round_share`` compares them round by round); ``best_each`` keeps each one's best."""
     import time
 
-    from tilec.bench.gemm import best_each
+    from tilec.bench.gemm import best_each, in_turns
     calls = []
 
     def runner(name: str, seconds: float):
@@ -175,9 +176,11 @@ def test_runs_compared_by_a_ratio_are_timed_in_turns():
             time.sleep(seconds)
         return run
 
-    fast, slow = best_each([runner("a", 0.01), runner("b", 0.03)], 3)
+    a, b = in_turns([runner("a", 0.01), runner("b", 0.03)], 3)
     turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
     assert turns == ["a", "b"] * 3
+    assert len(a) == len(b) == 3 and max(a) < 0.03 <= min(b)
+    fast, slow = best_each([runner("a", 0.01), runner("b", 0.03)], 2)
     assert 0.01 <= fast < 0.03 <= slow
 
 
@@ -192,20 +195,3 @@ def test_a_share_of_a_copy_is_taken_round_by_round():
     assert round_share(decode, copy, 1, 1) == 1.0
     assert round_share(decode, copy, 1, 2) == 0.5       # the copy moved twice the bytes
     assert round_share([1.0, 2.0, 2.0], [0.5, 1.0, 1.0], 1, 1) == 0.5
-
-
-def test_in_turns_keeps_every_round():
-    import time
-
-    from tilec.bench.gemm import in_turns
-    calls = []
-
-    def runner(name: str, seconds: float):
-        def run() -> None:
-            calls.append(name)
-            time.sleep(seconds)
-        return run
-
-    a, b = in_turns([runner("a", 0.001), runner("b", 0.02)], 4)
-    assert len(a) == len(b) == 4
-    assert max(a) < 0.02 <= min(b)
