@@ -349,8 +349,8 @@ def report(rows: list[tuple[Case, dict]], fused: Optional[tuple], level: str,
              "weight's best GB/s, and in brackets its share of the copy's GB/s in the same "
              "round, the median over the rounds (`round_share`), and the copy's best.", "",
              "| M | N | K | dtype | tilec ms | GFLOP/s | % of peak | weight GB/s (% of copy; "
-             "copy GB/s) | torch.matmul | torch.matmul f32 | NumPy | weight stored [N, K]: GB/s (% of copy), "
-             "torch.matmul |",
+             "copy GB/s) | torch.matmul | torch.matmul f32 | NumPy | weight stored [N, K]: GB/s "
+             "(% of copy), torch.matmul |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (m, n, k, dtype), t in rows:
         mine = t["tilec"]

@@ -1327,13 +1327,12 @@ static V4 void block_weights_v4(const tilec_attention_problem* p, Scratch* x, in
   }
 }
 
-/* The key blocks [first, last) of the task's rows on float32 FMA tiles; o is rows of dv. */
-/* Into L2, ``bytes`` from ``from``: the next block's keys or values (a prefetch never
- * faults: bytes past the caller's buffer are harmless). */
+/* Into L2, ``bytes`` from ``from``: the next block's keys or values. */
 static void prefetch_l2(const char* from, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(from + line, _MM_HINT_T1);
 }
 
+/* The key blocks [first, last) of the task's rows on float32 FMA tiles; o is rows of dv. */
 static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w) {
   int64_t row0 = w->row0, rows = w->rows, k_base = w->k_base, v_base = w->v_base;
   int64_t first = w->first, last = w->last;
@@ -1352,10 +1351,10 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
     int64_t cols = last - j0 < BN ? last - j0 : BN;
     const float* kb = (const float*)at(p->k, p->k_dtype, k_base + j0 * p->d);
     const float* vb = (const float*)at(p->v, p->v_dtype, v_base + j0 * p->dv);
-    if (j0 + BN < last) {
+    int64_t next = last - j0 - BN < BN ? last - j0 - BN : BN;   /* the next block's keys */
+    if (next > 0)
       prefetch_l2(at(p->k, p->k_dtype, k_base + (j0 + BN) * p->d),
-                  (last - j0 - BN < BN ? last - j0 - BN : BN) * p->d * element_bytes(p->k_dtype));
-    }
+                  next * p->d * element_bytes(p->k_dtype));
     if (p->k_dtype != TILEC_ATTENTION_F32)
       widen(x->kb, kb, p->k_dtype, cols * p->d), kb = x->kb;
     if (p->v_dtype != TILEC_ATTENTION_F32)
@@ -1371,10 +1370,9 @@ static void keys_fma(const tilec_attention_problem* p, Scratch* x, const Span* w
       block_epilogue(p, x->sb, x->scores, row0, rows, j0, cols);
       online_softmax(x->scores, BN, x->sb, x->m, x->l, x->o, rows, cols, p->dv);
     }
-    if (j0 + BN < last) {
+    if (next > 0)
       prefetch_l2(at(p->v, p->v_dtype, v_base + (j0 + BN) * p->dv),
-                  (last - j0 - BN < BN ? last - j0 - BN : BN) * p->dv * element_bytes(p->v_dtype));
-    }
+                  next * p->dv * element_bytes(p->v_dtype));
     block_values(x->sb, vb, x->o, rows, cols, p->dv,
                  v4 ? block_values_v4(x->sb, vb, x->o, rows, cols, p->dv) : 0);
   }
