@@ -372,6 +372,7 @@ t.agrees(lib, "causal_gqa", t.rand((1, 2, 3, 17, 64), t.BF16), t.rand((1, 2, 1, 
          t.rand((1, 2, 1, 255, 64), t.BF16))
 t.agrees(lib, "plain", t.rand((1, 1, 128)), t.rand((1, 4000, 128)), t.rand((1, 4000, 128)))
 t.agrees(lib, "plain", t.rand((1, 59, 40)), t.rand((1, 300, 40)), t.rand((1, 300, 40)))
+t.agrees(lib, "plain", t.rand((1, 256, 128)), t.rand((1, 8200, 128)), t.rand((1, 8200, 128)))
 t.agrees(lib, "causal_gqa", t.rand((1, 2, 4, 1, 72), t.BF16), t.rand((1, 2, 1, 1000, 72), t.BF16),
          t.rand((1, 2, 1, 1000, 72), t.BF16))
 t.agrees(lib, "causal_gqa", t.rand((1, 2, 3, 1, 80), t.BF16), t.rand((1, 2, 1, 1000, 80), t.BF16),
@@ -394,10 +395,11 @@ def test_matches_the_reference_on_the_avx2_and_avx512_code(level):
     for more than FEW rows, the keys and values in place for a decode); d = 72 leaves
     columns of v to the 16-wide and the scalar code; d = 80 (x86-64-v3) takes a bfloat16
     decode's pairs of 16-element loads; bfloat16 results, NaN rows among them, narrowed on
-    8 or 16 lanes."""
+    8 or 16 lanes; 8200 float32 keys and values (8.0 MiB) walked by each of 4 tasks (2
+    threads: no split), copied block by block into scratch (COPY_BYTES)."""
     if level.endswith("+bf16") and "avx512_bf16" not in cpu_flags():
         pytest.skip("this CPU has no AVX512-BF16")
-    env = dict(os.environ, TILEC_CPU=level)
+    env = dict(os.environ, TILEC_CPU=level, TILEC_NUM_THREADS="2")
     done = subprocess.run([sys.executable, "-c", CHILD, os.path.dirname(__file__)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
