@@ -391,13 +391,22 @@ static V3 void online_softmax(const float* scores, int64_t t, float* sb, float* 
       continue;
     }
     float scale = m[r] == -INFINITY ? 0.0f : exp1(m[r] - top), sum = 0.0f;
-    __m256 vtop = _mm256_set1_ps(top), vsum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (j = 0; j + 8 <= cols; j += 8) {   /* two chains for the sum */
+    __m256 vtop = _mm256_set1_ps(top), sum0 = _mm256_setzero_ps(), sum1 = sum0;
+    for (j = 0; j + 16 <= cols; j += 16) {   /* two chains for the sum */
+      __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vtop));
+      __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vtop));
+      _mm256_storeu_ps(w + j, e0);
+      _mm256_storeu_ps(w + j + 8, e1);
+      sum0 = _mm256_add_ps(sum0, e0);
+      sum1 = _mm256_add_ps(sum1, e1);
+    }
+    if (j + 8 <= cols) {
       __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vtop));
       _mm256_storeu_ps(w + j, e);
-      vsum[j / 8 % 2] = _mm256_add_ps(vsum[j / 8 % 2], e);
+      sum0 = _mm256_add_ps(sum0, e);
+      j += 8;
     }
-    _mm256_storeu_ps(lanes, _mm256_add_ps(vsum[0], vsum[1]));
+    _mm256_storeu_ps(lanes, _mm256_add_ps(sum0, sum1));
     for (int k = 0; k < 8; k++) sum += lanes[k];
     for (; j < cols; j++) sum += (w[j] = exp1(s[j] - top));
     for (; j < BN; j++) w[j] = 0.0f;
