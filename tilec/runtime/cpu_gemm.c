@@ -646,22 +646,22 @@ static void pack_b(void* ctx, int64_t first, int64_t last) {
   Gemm* g = ctx;
   const tilec_gemm_operand* b = b_of(g);
   int nr = g->u.nr;
+  if (b->col == 1 && !g->u.pairs) {   /* a row-major B: its rows across all the panels */
+    pack_b_rows(g, first, last);
+    return;
+  }
+  if (b->col == 1 && !g->u.split) {   /* the same in pairs, nr == 32 */
+    pack_b_row_pairs(g, first, last);
+    return;
+  }
   for (int64_t panel = first; panel < last; panel++) {
     float* dst = g->bp + panel * kstride(g) * nr;
     int64_t j0 = g->jc + panel * nr;
     int64_t cols = g->p->n - j0 < nr ? g->p->n - j0 : nr;
     int64_t base = g->batch * b->batch + g->pc * b->row + j0 * b->col;
-    if (g->u.pairs && !g->u.split && b->col == 1) { /* nr == 32 */
-      pack_b_row_pairs(g, panel, last);
-      return;
-    }
     if (g->u.pairs) {
       pack_b_pairs(g, (uint16_t*)dst, base, cols);
       continue;
-    }
-    if (b->col == 1) {
-      pack_b_rows(g, panel, last);
-      return;
     }
     for (int64_t k = 0; k < g->kc_now; k++)
       for (int64_t j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
